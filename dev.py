@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Set up and run FAST from a fresh clone with nothing but Python 3.11 and pip.
+
+    python3 dev.py train    # the main job (until `fast train` lands: a server driven end to end)
+    python3 dev.py test     # the test suite
+
+Creates .venv/ on first use and installs the project into it (torch pinned to the CPU
+wheel 2.13.0); later runs reuse it and reinstall only when pyproject.toml changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+PYTHON = VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+STAMP = VENV / ".fast-installed"
+
+
+def _run(*cmd: str | os.PathLike) -> None:
+    print("+", " ".join(map(str, cmd)), flush=True)
+    subprocess.run(list(map(str, cmd)), cwd=ROOT, check=True)
+
+
+def ensure_venv() -> None:
+    if sys.version_info < (3, 11):
+        sys.exit(f"FAST needs Python 3.11 or newer; this is {sys.version.split()[0]}")
+    if not PYTHON.exists():
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    # Reinstall when the project file or the set of packages changes (an editable install
+    # maps the packages that existed when it was made).
+    packages = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
+    want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + repr(packages).encode()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == want:
+        return
+    # torch first and by exact version, so pip takes the CPU wheel and never a CUDA build.
+    _run(PYTHON, "-m", "pip", "install", "--disable-pip-version-check", "-q", "torch==2.13.0")
+    _run(PYTHON, "-m", "pip", "install", "--disable-pip-version-check", "-q", "-e", ".[dev]")
+    STAMP.write_text(want)
+
+
+COMMANDS = {
+    "train": [["-m", "fast", "play", "--env", "takeover", "--slots", "8", "--steps", "300"]],
+    "test": [["-m", "pytest", "-q"]],
+}
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in COMMANDS:
+        print(__doc__)
+        return 2
+    ensure_venv()
+    extra = argv[1:]
+    for args in COMMANDS[argv[0]]:
+        code = subprocess.run([str(PYTHON), *args, *extra], cwd=ROOT).returncode
+        if code != 0:
+            return code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

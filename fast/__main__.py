@@ -1,0 +1,3 @@
+from fast.cli import app
+
+app()

@@ -1,0 +1,97 @@
+"""`fast`: one command-line entry point, a subcommand per service and per job."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+import yaml
+
+from fast.config import ConfigError, resolve_config
+
+app = typer.Typer(
+    help="FAST: aligned sampling and training for parallel on-policy RL.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+ConfigFile = Annotated[Optional[Path], typer.Option("--config", help="YAML file of settings (flags and env vars override it).")]
+
+
+def _parse_kwargs(pairs: list[str] | None) -> dict[str, Any] | None:
+    if not pairs:
+        return None
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--env-kwarg")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code=2)
+
+
+@app.command("sim-server")
+def sim_server(
+    env: Annotated[Optional[str], typer.Option(help="'takeover' or 'gym:<Gymnasium id>'. [default: takeover]")] = None,
+    slots: Annotated[Optional[int], typer.Option(help="Number of slots. [default: 8]")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Port; 0 picks a free one and prints it. [default: 0]")] = None,
+    host: Annotated[Optional[str], typer.Option(help="Address to bind. [default: 127.0.0.1]")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Catalog seed. [default: 0]")] = None,
+    num_clips: Annotated[Optional[int], typer.Option(help="Catalog size. [default: 200 takeover, 1000 gym]")] = None,
+    cost_preset: Annotated[Optional[str], typer.Option(help="off | calibrated | parallel | step-only. [default: off]")] = None,
+    step_latency_s: Annotated[Optional[float], typer.Option(help="Override the preset's step latency.")] = None,
+    reset_fixed_s: Annotated[Optional[float], typer.Option(help="Override the preset's fixed reset cost.")] = None,
+    map_load_s: Annotated[Optional[float], typer.Option(help="Override the preset's map load cost.")] = None,
+    map_load_cached_s: Annotated[Optional[float], typer.Option(help="Override the preset's cached map load cost.")] = None,
+    env_kwarg: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE passed to gym.make (repeatable).")] = None,
+    max_message_bytes: Annotated[Optional[int], typer.Option(help="Largest message accepted. [default: 64 MiB]")] = None,
+    grace_s: Annotated[Optional[float], typer.Option(help="Drain time on SIGTERM. [default: 5]")] = None,
+    config: ConfigFile = None,
+) -> None:
+    """Serve a simulator (the built-in takeover workload or a Gymnasium env) over gRPC.
+
+    Settings also come from FAST_SIM_<NAME> environment variables (e.g. FAST_SIM_SLOTS=16).
+    """
+    from sim_server.config import ENV_PREFIX, SimServerConfig
+    from sim_server.server import serve
+
+    overrides = dict(
+        env=env, slots=slots, port=port, host=host, seed=seed, num_clips=num_clips, cost_preset=cost_preset,
+        step_latency_s=step_latency_s, reset_fixed_s=reset_fixed_s, map_load_s=map_load_s,
+        map_load_cached_s=map_load_cached_s, env_kwargs=_parse_kwargs(env_kwarg),
+        max_message_bytes=max_message_bytes, grace_s=grace_s,
+    )
+    try:
+        cfg = resolve_config(SimServerConfig, file=config, env_prefix=ENV_PREFIX, overrides=overrides)
+        asyncio.run(serve(cfg))
+    except (ConfigError, ValueError, OSError) as exc:
+        _fail(str(exc))
+
+
+@app.command("play")
+def play(
+    env: Annotated[str, typer.Option(help="'takeover' or 'gym:<Gymnasium id>'.")] = "takeover",
+    slots: Annotated[int, typer.Option(min=1, help="Slots of the server it starts.")] = 8,
+    steps: Annotated[int, typer.Option(min=1, help="Lock-step steps to play.")] = 300,
+    address: Annotated[Optional[str], typer.Option(help="Play against a running server instead of starting one.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the random policy and the clip order.")] = 0,
+) -> None:
+    """Start a simulator server, drive it over gRPC with a random policy, print episode metrics."""
+    from sim_server.play import play as run_play
+
+    try:
+        asyncio.run(run_play(env=env, slots=slots, steps=steps, address=address, seed=seed))
+    except (ValueError, OSError, TimeoutError) as exc:
+        _fail(str(exc))
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,150 @@
+from fast.v1 import tensor_pb2 as _tensor_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RolloutBatch(_message.Message):
+    __slots__ = ("policy_version", "obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated", "valid_mask", "bootstrap_values")
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    OBS_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    REWARDS_FIELD_NUMBER: _ClassVar[int]
+    TERMINATED_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    VALID_MASK_FIELD_NUMBER: _ClassVar[int]
+    BOOTSTRAP_VALUES_FIELD_NUMBER: _ClassVar[int]
+    policy_version: int
+    obs: _tensor_pb2.Tensor
+    actions: _tensor_pb2.Tensor
+    logprobs: _tensor_pb2.Tensor
+    values: _tensor_pb2.Tensor
+    rewards: _tensor_pb2.Tensor
+    terminated: _tensor_pb2.Tensor
+    truncated: _tensor_pb2.Tensor
+    valid_mask: _tensor_pb2.Tensor
+    bootstrap_values: _tensor_pb2.Tensor
+    def __init__(self, policy_version: _Optional[int] = ..., obs: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., actions: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., logprobs: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., values: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., rewards: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., terminated: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., truncated: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., valid_mask: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., bootstrap_values: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
+
+class UpdateStats(_message.Message):
+    __slots__ = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "grad_norm", "update_time_s", "num_valid", "num_total")
+    POLICY_LOSS_FIELD_NUMBER: _ClassVar[int]
+    VALUE_LOSS_FIELD_NUMBER: _ClassVar[int]
+    ENTROPY_FIELD_NUMBER: _ClassVar[int]
+    APPROX_KL_FIELD_NUMBER: _ClassVar[int]
+    CLIP_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    EXPLAINED_VARIANCE_FIELD_NUMBER: _ClassVar[int]
+    GRAD_NORM_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    NUM_VALID_FIELD_NUMBER: _ClassVar[int]
+    NUM_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    policy_loss: float
+    value_loss: float
+    entropy: float
+    approx_kl: float
+    clip_fraction: float
+    explained_variance: float
+    grad_norm: float
+    update_time_s: float
+    num_valid: int
+    num_total: int
+    def __init__(self, policy_loss: _Optional[float] = ..., value_loss: _Optional[float] = ..., entropy: _Optional[float] = ..., approx_kl: _Optional[float] = ..., clip_fraction: _Optional[float] = ..., explained_variance: _Optional[float] = ..., grad_norm: _Optional[float] = ..., update_time_s: _Optional[float] = ..., num_valid: _Optional[int] = ..., num_total: _Optional[int] = ...) -> None: ...
+
+class Policy(_message.Message):
+    __slots__ = ("version", "weights", "hidden_sizes", "observation_space", "action_space")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    HIDDEN_SIZES_FIELD_NUMBER: _ClassVar[int]
+    OBSERVATION_SPACE_FIELD_NUMBER: _ClassVar[int]
+    ACTION_SPACE_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    weights: bytes
+    hidden_sizes: _containers.RepeatedScalarFieldContainer[int]
+    observation_space: _tensor_pb2.Space
+    action_space: _tensor_pb2.Space
+    def __init__(self, version: _Optional[int] = ..., weights: _Optional[bytes] = ..., hidden_sizes: _Optional[_Iterable[int]] = ..., observation_space: _Optional[_Union[_tensor_pb2.Space, _Mapping]] = ..., action_space: _Optional[_Union[_tensor_pb2.Space, _Mapping]] = ...) -> None: ...
+
+class InitializeRequest(_message.Message):
+    __slots__ = ("observation_space", "action_space")
+    OBSERVATION_SPACE_FIELD_NUMBER: _ClassVar[int]
+    ACTION_SPACE_FIELD_NUMBER: _ClassVar[int]
+    observation_space: _tensor_pb2.Space
+    action_space: _tensor_pb2.Space
+    def __init__(self, observation_space: _Optional[_Union[_tensor_pb2.Space, _Mapping]] = ..., action_space: _Optional[_Union[_tensor_pb2.Space, _Mapping]] = ...) -> None: ...
+
+class InitializeResponse(_message.Message):
+    __slots__ = ("policy_version", "resumed")
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_FIELD_NUMBER: _ClassVar[int]
+    policy_version: int
+    resumed: bool
+    def __init__(self, policy_version: _Optional[int] = ..., resumed: _Optional[bool] = ...) -> None: ...
+
+class GetPolicyRequest(_message.Message):
+    __slots__ = ("known_version",)
+    KNOWN_VERSION_FIELD_NUMBER: _ClassVar[int]
+    known_version: int
+    def __init__(self, known_version: _Optional[int] = ...) -> None: ...
+
+class GetPolicyResponse(_message.Message):
+    __slots__ = ("policy",)
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    policy: Policy
+    def __init__(self, policy: _Optional[_Union[Policy, _Mapping]] = ...) -> None: ...
+
+class SubmitBatchRequest(_message.Message):
+    __slots__ = ("batch", "return_policy")
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    RETURN_POLICY_FIELD_NUMBER: _ClassVar[int]
+    batch: RolloutBatch
+    return_policy: bool
+    def __init__(self, batch: _Optional[_Union[RolloutBatch, _Mapping]] = ..., return_policy: _Optional[bool] = ...) -> None: ...
+
+class SubmitBatchResponse(_message.Message):
+    __slots__ = ("stats", "policy_version", "policy")
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    stats: UpdateStats
+    policy_version: int
+    policy: Policy
+    def __init__(self, stats: _Optional[_Union[UpdateStats, _Mapping]] = ..., policy_version: _Optional[int] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ...) -> None: ...
+
+class GetStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetStatusResponse(_message.Message):
+    __slots__ = ("initialized", "policy_version", "device", "updates_this_process", "last_stats", "last_checkpoint", "stale_batches_refused")
+    INITIALIZED_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    UPDATES_THIS_PROCESS_FIELD_NUMBER: _ClassVar[int]
+    LAST_STATS_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    STALE_BATCHES_REFUSED_FIELD_NUMBER: _ClassVar[int]
+    initialized: bool
+    policy_version: int
+    device: str
+    updates_this_process: int
+    last_stats: UpdateStats
+    last_checkpoint: str
+    stale_batches_refused: int
+    def __init__(self, initialized: _Optional[bool] = ..., policy_version: _Optional[int] = ..., device: _Optional[str] = ..., updates_this_process: _Optional[int] = ..., last_stats: _Optional[_Union[UpdateStats, _Mapping]] = ..., last_checkpoint: _Optional[str] = ..., stale_batches_refused: _Optional[int] = ...) -> None: ...
+
+class SaveCheckpointRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SaveCheckpointResponse(_message.Message):
+    __slots__ = ("path", "policy_version")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    policy_version: int
+    def __init__(self, path: _Optional[str] = ..., policy_version: _Optional[int] = ...) -> None: ...

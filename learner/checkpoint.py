@@ -1,0 +1,200 @@
+"""Learner checkpoints on disk: atomic writes, newest-first resume, pruning.
+
+One file per policy version, `ckpt-<version, 9 digits>.pt`, so names sort by version. A file
+is a `torch.save` of a plain dict (loaded back with `weights_only=True`, so a checkpoint
+cannot run code):
+
+    format             "fast.learner.checkpoint/1"
+    policy_version     int, the version the weights are
+    observation_space  bytes, a serialised fast.v1.Space (the wire form, one spelling everywhere)
+    action_space       bytes, a serialised fast.v1.Space
+    hidden_sizes       list[int], to rebuild the ActorCritic before loading its weights
+    learner            PPOLearner.state_dict(): policy weights, Adam state, shuffle RNG state
+    config             dict, a summary of the LearnerConfig that wrote it (for people, not read back)
+
+A write goes to a hidden temporary file in the same directory, is fsynced, then renamed over
+the final name: a crash (kill -9, power loss) leaves either the old set of checkpoints or the
+new one, never a half-written `ckpt-*.pt`. Should a newest file still be unreadable (disk
+fault, a hand-edited file), `load_latest` logs it and falls back to the one before.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fast.spaces import SpaceSpec, space_from_proto, space_to_proto
+from fast.v1 import tensor_pb2
+
+FORMAT = "fast.learner.checkpoint/1"
+_NAME = re.compile(r"^ckpt-(\d{9,})\.pt$")
+_TEMP_PREFIX = ".ckpt-"
+_LEARNER_KEYS = ("policy", "optimizer", "shuffle_generator")
+
+log = logging.getLogger("fast.learner")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be read back; the message names the file and the fault."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Everything a learner needs to resume exactly where it was."""
+
+    policy_version: int
+    observation_space: SpaceSpec
+    action_space: SpaceSpec
+    hidden_sizes: tuple[int, ...]
+    learner_state: dict[str, Any]  # PPOLearner.state_dict()
+    config: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None  # where it was read from or written to
+
+
+def checkpoint_path(directory: Path, version: int) -> Path:
+    return Path(directory) / f"ckpt-{version:09d}.pt"
+
+
+def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
+    """(version, path) of every checkpoint in `directory`, oldest first; [] if it does not exist."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in directory.iterdir():
+        match = _NAME.match(path.name)
+        if match and path.is_file():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def latest_checkpoint(directory: Path) -> Path | None:
+    """Path of the newest checkpoint (highest version), None if there is none."""
+    found = list_checkpoints(directory)
+    return found[-1][1] if found else None
+
+
+def save_checkpoint(directory: Path, checkpoint: Checkpoint) -> Path:
+    """Write `checkpoint` atomically as `ckpt-<version>.pt` (replacing one of that version); return its path."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    final = checkpoint_path(directory, checkpoint.policy_version)
+    payload = {
+        "format": FORMAT,
+        "policy_version": int(checkpoint.policy_version),
+        "observation_space": space_to_proto(checkpoint.observation_space).SerializeToString(),
+        "action_space": space_to_proto(checkpoint.action_space).SerializeToString(),
+        "hidden_sizes": [int(width) for width in checkpoint.hidden_sizes],
+        "learner": checkpoint.learner_state,
+        "config": checkpoint.config,
+    }
+    temp = directory / f"{_TEMP_PREFIX}{final.name}.tmp-{os.getpid()}"
+    try:
+        with open(temp, "wb") as file:
+            torch.save(payload, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, final)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    _fsync_directory(directory)
+    return final
+
+
+def load_checkpoint(path: Path) -> Checkpoint:
+    """Read one checkpoint; CheckpointError naming the file if it is unreadable or not a learner checkpoint."""
+    path = Path(path)
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises several types for truncated or foreign files
+        raise CheckpointError(f"checkpoint {path} is unreadable ({type(error).__name__}: {error})") from error
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
+        raise CheckpointError(f"checkpoint {path} is not a {FORMAT} file (format {found!r})")
+    try:
+        learner_state = payload["learner"]
+        missing = [key for key in _LEARNER_KEYS if key not in learner_state]
+        if missing:
+            raise CheckpointError(f"checkpoint {path}: learner state lacks {missing}")
+        return Checkpoint(
+            policy_version=int(payload["policy_version"]),
+            observation_space=_space(payload["observation_space"], "observation_space"),
+            action_space=_space(payload["action_space"], "action_space"),
+            hidden_sizes=tuple(int(width) for width in payload["hidden_sizes"]),
+            learner_state=learner_state,
+            config=dict(payload.get("config") or {}),
+            path=path,
+        )
+    except CheckpointError:
+        raise
+    except Exception as error:
+        raise CheckpointError(f"checkpoint {path} is malformed ({type(error).__name__}: {error})") from error
+
+
+def load_latest(directory: Path) -> Checkpoint | None:
+    """The newest readable checkpoint in `directory`, None if there is none.
+
+    An unreadable newest file is logged and skipped for the one before it. If every file is
+    unreadable, CheckpointError: starting afresh at version 0 would silently restart the run.
+    """
+    found = list_checkpoints(directory)
+    errors = []
+    for _, path in reversed(found):
+        try:
+            checkpoint = load_checkpoint(path)
+        except CheckpointError as error:
+            log.warning("%s; falling back to an older checkpoint", error)
+            errors.append(str(error))
+            continue
+        if errors:
+            log.warning("resuming from %s (version %d) after skipping %d unreadable checkpoint(s)",
+                        path, checkpoint.policy_version, len(errors))
+        return checkpoint
+    if errors:
+        raise CheckpointError(
+            f"no readable checkpoint in {directory}: " + "; ".join(errors)
+            + "; move the files away to start afresh at version 0, or point --checkpoint-dir elsewhere"
+        )
+    return None
+
+
+def prune_checkpoints(directory: Path, keep: int) -> list[Path]:
+    """Delete all but the newest `keep` checkpoints (and temporary files of dead writers); return what was deleted."""
+    if keep < 1:
+        raise ValueError(f"prune_checkpoints: keep must be >= 1, got {keep}")
+    directory = Path(directory)
+    removed = [path for _, path in list_checkpoints(directory)[:-keep]]
+    if directory.is_dir():
+        own_suffix = f".tmp-{os.getpid()}"
+        removed += [
+            path for path in directory.iterdir()
+            if path.name.startswith(_TEMP_PREFIX) and ".tmp-" in path.name and not path.name.endswith(own_suffix)
+        ]
+    for path in removed:
+        path.unlink(missing_ok=True)
+    return removed
+
+
+def _space(data: bytes, name: str) -> SpaceSpec:
+    return space_from_proto(tensor_pb2.Space.FromString(data), field=name)
+
+
+def _fsync_directory(directory: Path) -> None:
+    # Makes the rename itself durable; not possible on every platform, hence best effort.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

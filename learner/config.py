@@ -1,0 +1,72 @@
+"""Settings of `fast learner`: flags, FAST_LEARNER_* environment variables or a YAML file.
+
+The PPO fields mirror `learner.ppo.PPOConfig` (same names, defaults and bounds) so a run's
+hyper-parameters live in the one config the service validates at start-up.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, Field, field_validator
+
+from learner.ppo import PPOConfig
+
+ENV_PREFIX = "FAST_LEARNER_"
+
+_DEFAULT_PPO = PPOConfig()
+_DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+
+
+class LearnerConfig(BaseModel):
+    # Transport.
+    host: str = "127.0.0.1"
+    port: int = Field(0, ge=0, le=65535)  # 0 picks a free port and prints it
+    # Batches are the largest messages of the system: T * N * obs floats, plus actions.
+    max_message_bytes: int = Field(256 << 20, ge=1024, lt=2**31)
+    grace_s: float = Field(10.0, ge=0.0)  # drain time on SIGTERM: lets an in-flight update finish
+
+    # Checkpoints and resume.
+    checkpoint_dir: Path = Path("runs/learner/checkpoints")
+    checkpoint_every: int = Field(10, ge=1)  # K: checkpoint when the version is a multiple of K
+    keep_checkpoints: int = Field(3, ge=1)  # the newest N are kept, older ones deleted
+
+    # Model and device.
+    device: str | None = None  # None: CUDA when present, else CPU; "cpu", "cuda" or "cuda:<index>"
+    hidden_sizes: list[int] = Field(default_factory=lambda: [64, 64], min_length=1)
+
+    # PPO (learner.ppo.PPOConfig). `seed` also seeds the network's initial weights.
+    gamma: float = Field(_DEFAULT_PPO.gamma, ge=0.0, le=1.0)
+    gae_lambda: float = Field(_DEFAULT_PPO.gae_lambda, ge=0.0, le=1.0)
+    clip_eps: float = Field(_DEFAULT_PPO.clip_eps, gt=0.0, lt=1.0)
+    vf_coef: float = Field(_DEFAULT_PPO.vf_coef, ge=0.0, allow_inf_nan=False)
+    ent_coef: float = Field(_DEFAULT_PPO.ent_coef, ge=0.0, allow_inf_nan=False)
+    lr: float = Field(_DEFAULT_PPO.lr, gt=0.0, allow_inf_nan=False)
+    update_epochs: int = Field(_DEFAULT_PPO.update_epochs, ge=1)
+    num_minibatches: int = Field(_DEFAULT_PPO.num_minibatches, ge=1)
+    max_grad_norm: float = Field(_DEFAULT_PPO.max_grad_norm, gt=0.0)  # inf disables clipping
+    norm_adv: bool = _DEFAULT_PPO.norm_adv
+    clip_vloss: bool = _DEFAULT_PPO.clip_vloss
+    seed: int = Field(_DEFAULT_PPO.seed, ge=0)
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, value: str | None) -> str | None:
+        # Only the spelling is checked here; whether CUDA is present is checked when the
+        # learner starts (learner.device.pick_device), on the machine that runs it.
+        if value is not None and not _DEVICE.match(value):
+            raise ValueError("use 'cpu', 'cuda' or 'cuda:<index>', or leave it unset for the best device present")
+        return value
+
+    @field_validator("hidden_sizes")
+    @classmethod
+    def _positive_widths(cls, value: list[int]) -> list[int]:
+        if any(width < 1 for width in value):
+            raise ValueError("every hidden layer needs a width >= 1, e.g. [64, 64]")
+        return value
+
+    def ppo_config(self) -> PPOConfig:
+        """The PPO hyper-parameters of this config (validated again by PPOConfig itself)."""
+        names = PPOConfig.__dataclass_fields__
+        return PPOConfig(**{name: getattr(self, name) for name in names})

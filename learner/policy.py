@@ -1,0 +1,153 @@
+"""The actor-critic network (CleanRL's `Agent`) and its weights as bytes for shipping.
+
+Separate actor and critic MLPs (two hidden layers of 64 tanh units by default), orthogonal
+init with gain sqrt(2) for hidden layers, 0.01 for the policy head (near-uniform initial
+policy) and 1.0 for the value head, as in CleanRL's `ppo_continuous_action.py`.
+Box actions: diagonal Gaussian with a state-independent log-std parameter. The sampled action
+is not clipped to the Box bounds here: log-probs refer to the unclipped sample, and clipping
+for the simulator is the sampler's job. Discrete actions: Categorical over `n` logits.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+from typing import Any, Literal, Sequence
+
+import torch
+from torch import nn
+from torch.distributions import Categorical, Normal
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """The action space the policy acts in: a float Box of `shape`, or Discrete(n)."""
+
+    kind: Literal["box", "discrete"]
+    shape: tuple[int, ...] = ()
+    n: int = 0
+
+    @classmethod
+    def box(cls, shape: int | Sequence[int]) -> ActionSpec:
+        return cls("box", (shape,) if isinstance(shape, int) else tuple(shape))
+
+    @classmethod
+    def discrete(cls, n: int) -> ActionSpec:
+        return cls("discrete", (), n)
+
+    @classmethod
+    def coerce(cls, spec: Any) -> ActionSpec:
+        """Accept an ActionSpec or anything with `kind`, `shape`, `n` (e.g. sim_server's SpaceSpec)."""
+        if isinstance(spec, ActionSpec):
+            result = spec
+        elif all(hasattr(spec, attr) for attr in ("kind", "shape")):
+            result = cls(spec.kind, tuple(int(d) for d in spec.shape), int(getattr(spec, "n", 0)))
+        else:
+            raise ValueError(f"action_spec: expected an ActionSpec or an object with kind/shape/n, got {spec!r}")
+        if result.kind not in ("box", "discrete"):
+            raise ValueError(f"action_spec: kind must be 'box' or 'discrete', got {result.kind!r}")
+        if result.kind == "box" and (len(result.shape) == 0 or any(d < 1 for d in result.shape)):
+            raise ValueError(f"action_spec: a box needs a non-empty shape of positive sizes, got {result.shape}")
+        if result.kind == "discrete" and result.n < 1:
+            raise ValueError(f"action_spec: a discrete space needs n >= 1, got n={result.n}")
+        return result
+
+
+def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
+    """CleanRL's orthogonal weight init with a constant bias."""
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+def _mlp(in_dim: int, hidden_sizes: Sequence[int], out_dim: int, out_std: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for width in hidden_sizes:
+        layers += [layer_init(nn.Linear(in_dim, width)), nn.Tanh()]
+        in_dim = width
+    layers.append(layer_init(nn.Linear(in_dim, out_dim), std=out_std))
+    return nn.Sequential(*layers)
+
+
+class ActorCritic(nn.Module):
+    """pi(a | s) and V(s) over observations `[*batch, *obs_shape]` (trailing dims are flattened)."""
+
+    def __init__(
+        self,
+        obs_dim: int | Sequence[int],
+        action_spec: Any,
+        hidden_sizes: Sequence[int] = (64, 64),
+    ) -> None:
+        super().__init__()
+        self.obs_shape: tuple[int, ...] = (obs_dim,) if isinstance(obs_dim, int) else tuple(obs_dim)
+        if len(self.obs_shape) == 0 or any(d < 1 for d in self.obs_shape):
+            raise ValueError(f"obs_dim: expected a positive size or shape, got {obs_dim!r}")
+        self.action_spec = ActionSpec.coerce(action_spec)
+        flat_obs = math.prod(self.obs_shape)
+        if self.action_spec.kind == "box":
+            self.action_dim = math.prod(self.action_spec.shape)
+            self.actor_mean = _mlp(flat_obs, hidden_sizes, self.action_dim, out_std=0.01)
+            self.actor_logstd = nn.Parameter(torch.zeros(1, self.action_dim))
+        else:
+            self.action_dim = self.action_spec.n
+            self.actor_logits = _mlp(flat_obs, hidden_sizes, self.action_spec.n, out_std=0.01)
+        self.critic = _mlp(flat_obs, hidden_sizes, 1, out_std=1.0)
+
+    def _flatten_obs(self, obs: torch.Tensor) -> torch.Tensor:
+        if tuple(obs.shape[obs.ndim - len(self.obs_shape) :]) != self.obs_shape:
+            expected = ", ".join(map(str, self.obs_shape))
+            raise ValueError(f"obs: expected shape [*batch, {expected}], got {list(obs.shape)}")
+        return obs.flatten(start_dim=obs.ndim - len(self.obs_shape))  # [*batch, prod(obs_shape)]
+
+    def get_value(self, obs: torch.Tensor) -> torch.Tensor:
+        """V(s), shape `[*batch]`."""
+        return self.critic(self._flatten_obs(obs)).squeeze(-1)
+
+    def get_action_and_value(
+        self, obs: torch.Tensor, action: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Return `(action, log pi(action|s), entropy, V(s))`; samples the action when None.
+
+        Shapes: action `[*batch, *act_shape]` (int64 `[*batch]` for Discrete), the rest `[*batch]`.
+        """
+        flat_obs = self._flatten_obs(obs)
+        batch_shape = flat_obs.shape[:-1]
+        if self.action_spec.kind == "box":
+            action_mean = self.actor_mean(flat_obs)  # [*batch, action_dim]
+            action_std = self.actor_logstd.expand_as(action_mean).exp()
+            dist = Normal(action_mean, action_std)
+            if action is None:
+                action = dist.sample().reshape(*batch_shape, *self.action_spec.shape)
+            flat_action = action.reshape(*batch_shape, self.action_dim)
+            # Independent dimensions: log-prob and entropy of the joint are sums over dims.
+            logprob = dist.log_prob(flat_action).sum(-1)
+            entropy = dist.entropy().sum(-1)
+        else:
+            dist = Categorical(logits=self.actor_logits(flat_obs))
+            if action is None:
+                action = dist.sample()
+            logprob = dist.log_prob(action)
+            entropy = dist.entropy()
+        return action, logprob, entropy, self.critic(flat_obs).squeeze(-1)
+
+
+def export_weights(policy: nn.Module) -> bytes:
+    """The policy's `state_dict` as bytes (torch.save), device-independent (saved from CPU)."""
+    buffer = io.BytesIO()
+    torch.save({name: tensor.detach().cpu() for name, tensor in policy.state_dict().items()}, buffer)
+    return buffer.getvalue()
+
+
+def import_weights(policy: nn.Module, data: bytes) -> None:
+    """Load bytes from `export_weights` into `policy` in place; ValueError if they don't fit it."""
+    try:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises several types for corrupt or foreign payloads
+        raise ValueError(f"import_weights: not a weights payload ({type(error).__name__}: {error})") from error
+    if not isinstance(state, dict):
+        raise ValueError(f"import_weights: expected a state_dict, got {type(state).__name__}")
+    try:
+        policy.load_state_dict(state, strict=True)
+    except RuntimeError as error:
+        raise ValueError(f"import_weights: weights do not match this policy: {error}") from error

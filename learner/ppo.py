@@ -1,0 +1,204 @@
+"""The PPO update over a masked rollout batch: GAE, epochs, minibatches, Adam, statistics.
+
+Minibatching keeps the SMPO equivalence (docs/smpo.md, "Minibatching"): the valid transitions
+are gathered first, in (slot, step) order, and only that compacted list is shuffled and split.
+Each minibatch is therefore exactly what plain PPO would see on the same data recorded without
+padding, and any two batches that differ only by padding (where it sits, how much, what it
+holds) give the same sequence of minibatches and the same parameters afterwards.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, fields
+
+import torch
+
+from learner.batch import RolloutBatch
+from learner.device import pick_device
+from learner.gae import masked_gae
+from learner.policy import ActorCritic
+from learner.smpo import explained_variance, smpo_loss
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """Hyper-parameters of the PPO update, checked once at construction (CleanRL defaults)."""
+
+    gamma: float = 0.99  # discount
+    gae_lambda: float = 0.95  # GAE lambda
+    clip_eps: float = 0.2  # PPO ratio clip (and value clip when clip_vloss)
+    vf_coef: float = 0.5  # weight of the value loss
+    ent_coef: float = 0.0  # weight of the entropy bonus
+    lr: float = 3e-4  # Adam learning rate
+    update_epochs: int = 10  # passes over the batch per update
+    num_minibatches: int = 32  # minibatches per epoch, split from the valid transitions
+    max_grad_norm: float = 0.5  # global gradient-norm clip (math.inf disables)
+    norm_adv: bool = True  # normalise advantages per minibatch over valid entries
+    clip_vloss: bool = False  # CleanRL's clipped value loss
+    seed: int = 1  # seeds the minibatch shuffling
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if field.type == "bool" and not isinstance(value, bool):
+                raise ValueError(f"PPOConfig.{field.name} must be a bool, got {value!r}")
+            if field.type == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(f"PPOConfig.{field.name} must be an int, got {value!r}")
+            if field.type == "float" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ValueError(f"PPOConfig.{field.name} must be a number, got {value!r}")
+        # Written as `not (ok)` so that NaN fails every check.
+        checks = {
+            "gamma": 0.0 <= self.gamma <= 1.0,
+            "gae_lambda": 0.0 <= self.gae_lambda <= 1.0,
+            "clip_eps": 0.0 < self.clip_eps < 1.0,
+            "vf_coef": 0.0 <= self.vf_coef < math.inf,
+            "ent_coef": 0.0 <= self.ent_coef < math.inf,
+            "lr": 0.0 < self.lr < math.inf,
+            "update_epochs": self.update_epochs >= 1,
+            "num_minibatches": self.num_minibatches >= 1,
+            "max_grad_norm": self.max_grad_norm > 0.0,
+            "seed": self.seed >= 0,
+        }
+        rules = {
+            "gamma": "in [0, 1]",
+            "gae_lambda": "in [0, 1]",
+            "clip_eps": "in (0, 1)",
+            "vf_coef": "finite and >= 0",
+            "ent_coef": "finite and >= 0",
+            "lr": "finite and > 0",
+            "update_epochs": ">= 1",
+            "num_minibatches": ">= 1",
+            "max_grad_norm": "> 0 (math.inf disables clipping)",
+            "seed": ">= 0",
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"PPOConfig.{name} must be {rules[name]}, got {getattr(self, name)!r}")
+
+
+class PPOLearner:
+    """Owns a policy's optimiser and runs SMPO-PPO updates on masked rollout batches."""
+
+    def __init__(self, policy: ActorCritic, config: PPOConfig, device: torch.device | str | None = None) -> None:
+        """Move `policy` to `device` (default: CUDA when available, else CPU) and build Adam over it."""
+        self.config = config
+        self.device = pick_device(None if device is None else str(device))
+        self.policy = policy.to(self.device)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.lr, eps=1e-5)
+        # A private CPU generator: shuffling is reproducible from the seed on any device and
+        # independent of whatever else draws from torch's global RNG.
+        self.shuffle_generator = torch.Generator(device="cpu").manual_seed(config.seed)
+        self.param_dtype = next(self.policy.parameters()).dtype
+
+    def update(self, batch: RolloutBatch) -> dict[str, float]:
+        """One PPO update on `batch`; returns statistics (losses averaged over minibatch steps).
+
+        Raises ValueError for a malformed batch or one with no valid transition, and
+        FloatingPointError (before any step is taken with it) for a non-finite gradient.
+        """
+        start = time.perf_counter()
+        batch.validate(obs_shape=self.policy.obs_shape, action_shape=self._action_shape())
+        if self.policy.action_spec.kind == "discrete" and batch.actions.dtype != torch.int64:
+            raise ValueError(f"RolloutBatch.actions: a discrete policy needs int64 actions, got {batch.actions.dtype}")
+        if self.policy.action_spec.kind == "box" and not batch.actions.is_floating_point():
+            raise ValueError(f"RolloutBatch.actions: a box policy needs float actions, got {batch.actions.dtype}")
+        num_valid = batch.num_valid
+        if num_valid == 0:
+            raise ValueError("PPOLearner.update: the batch has no valid transition (valid_mask is all False)")
+        batch = batch.to(self.device, dtype=self.param_dtype)
+        cfg = self.config
+
+        advantages, returns = masked_gae(
+            batch.rewards,
+            batch.values,
+            batch.terminated,
+            batch.truncated,
+            batch.bootstrap_values,
+            batch.valid_mask,
+            gamma=cfg.gamma,
+            lam=cfg.gae_lambda,
+        )
+
+        # Compact: (slot, step) order, i.e. each slot's valid steps in time order, slot after slot.
+        valid_index = batch.valid_mask.T.reshape(-1).nonzero().squeeze(1)  # [num_valid]
+
+        def compact(per_step: torch.Tensor) -> torch.Tensor:
+            slot_major = per_step.transpose(0, 1)  # [N, T, ...]
+            return slot_major.reshape(-1, *per_step.shape[2:])[valid_index]
+
+        b_obs = compact(batch.obs)
+        b_actions = compact(batch.actions)
+        b_logprobs = compact(batch.logprobs)
+        b_values = compact(batch.values)
+        b_advantages = compact(advantages)
+        b_returns = compact(returns)
+
+        step_stats: dict[str, list[torch.Tensor]] = {
+            key: [] for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
+        }
+        for _ in range(cfg.update_epochs):
+            permutation = torch.randperm(num_valid, generator=self.shuffle_generator).to(self.device)
+            # Nearly equal minibatches (sizes differ by at most 1); empty ones when
+            # num_minibatches > num_valid are skipped.
+            for mb_index in torch.tensor_split(permutation, cfg.num_minibatches):
+                if mb_index.numel() == 0:
+                    continue
+                loss = smpo_loss(
+                    self.policy,
+                    b_obs[mb_index],
+                    b_actions[mb_index],
+                    b_logprobs[mb_index],
+                    b_values[mb_index],
+                    b_advantages[mb_index],
+                    b_returns[mb_index],
+                    valid_mask=None,
+                    clip_eps=cfg.clip_eps,
+                    vf_coef=cfg.vf_coef,
+                    ent_coef=cfg.ent_coef,
+                    norm_adv=cfg.norm_adv,
+                    clip_vloss=cfg.clip_vloss,
+                )
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.total.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                if not bool(torch.isfinite(grad_norm)):
+                    raise FloatingPointError(
+                        f"PPOLearner.update: non-finite gradient norm {float(grad_norm)} "
+                        f"(policy_loss={float(loss.policy_loss)}, value_loss={float(loss.value_loss)}); "
+                        "no optimiser step was taken with it"
+                    )
+                self.optimizer.step()
+                for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"):
+                    step_stats[key].append(getattr(loss, key))
+                step_stats["grad_norm"].append(grad_norm.detach())
+
+        stats = {key: float(torch.stack(values).mean()) for key, values in step_stats.items()}
+        # CleanRL's diagnostic: how much of the return variance the rollout's critic explained.
+        stats["explained_variance"] = float(
+            explained_variance(b_values, b_returns, torch.ones_like(b_values, dtype=torch.bool))
+        )
+        stats["num_valid"] = num_valid
+        stats["num_total"] = batch.num_total
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        stats["update_time_s"] = time.perf_counter() - start
+        return stats
+
+    def state_dict(self) -> dict:
+        """Everything needed to resume updates identically: weights, Adam state, shuffle RNG."""
+        return {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "shuffle_generator": self.shuffle_generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.shuffle_generator.set_state(state["shuffle_generator"])
+
+    def _action_shape(self) -> tuple[int, ...]:
+        spec = self.policy.action_spec
+        return spec.shape if spec.kind == "box" else ()

@@ -1,0 +1,185 @@
+"""SMPO, scaled mask-padding optimisation: the PPO loss as masked means (docs/smpo.md, eq. L1-L6).
+
+Every per-transition term is averaged over the valid transitions only,
+    masked_mean(x) = (1 / sum m) * sum m * x,
+so padding contributes neither to the numerator nor to the count, and the loss and its
+gradient on a padded batch equal plain PPO's on the same valid transitions without padding.
+
+Garbage in padding (NaN, 1e9) must not leak into the loss *or the gradient*. Selecting a
+network output with `torch.where` zeroes the gradient that flows back to padded outputs, but
+the network's own backward then computes `grad_weight = x^T @ grad_out`, and NaN * 0 is NaN.
+So `smpo_loss` replaces padded observations and actions by zeros *before* the forward pass,
+and `smpo_loss_terms` replaces every padded input by zero before any arithmetic: every
+intermediate stays finite and padded rows contribute an exact zero.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from learner.policy import ActorCritic
+
+
+class SMPOLoss(NamedTuple):
+    """The differentiable total loss and its detached parts and diagnostics (all scalars)."""
+
+    total: torch.Tensor  # (L6) L_clip + vf_coef * L_v - ent_coef * H, differentiable
+    policy_loss: torch.Tensor  # (L2) L_clip
+    value_loss: torch.Tensor  # (L3) L_v
+    entropy: torch.Tensor  # (L4) H
+    approx_kl: torch.Tensor  # masked mean of (r - 1) - log r, Schulman's k3 estimator of KL(old || new)
+    clip_fraction: torch.Tensor  # masked mean of [|r - 1| > clip_eps]
+    explained_variance: torch.Tensor  # of the returns by the *new* values, NaN if returns are constant
+
+
+def masked_mean(x: torch.Tensor, valid_mask: torch.Tensor) -> torch.Tensor:
+    """(L1) (1 / sum m) * sum m * x, with x selected (not multiplied) so padded NaN can't leak.
+
+    With no valid entry the mean is 0 (empty sum over a count clamped to 1).
+    """
+    num_valid = valid_mask.sum().clamp(min=1)
+    return torch.where(valid_mask, x, 0.0).sum() / num_valid
+
+
+def masked_var(x: torch.Tensor, valid_mask: torch.Tensor, unbiased: bool) -> torch.Tensor:
+    """Variance of the valid entries (Bessel-corrected if `unbiased`, count clamped to >= 1)."""
+    num_valid = valid_mask.sum()
+    deviation = torch.where(valid_mask, x - masked_mean(x, valid_mask), 0.0)
+    divisor = (num_valid - 1 if unbiased else num_valid).clamp(min=1)
+    return deviation.square().sum() / divisor
+
+
+def normalize_advantages(advantages: torch.Tensor, valid_mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(L5) (A - mean) / (std + eps) over the valid entries only, 0 at padding.
+
+    Matches CleanRL's `(A - A.mean()) / (A.std() + 1e-8)` (unbiased std) on the compacted
+    valid entries; a single valid entry has std 0 here (CleanRL would give NaN).
+    """
+    mean = masked_mean(advantages, valid_mask)
+    std = masked_var(advantages, valid_mask, unbiased=True).sqrt()
+    return torch.where(valid_mask, (advantages - mean) / (std + eps), 0.0)
+
+
+def explained_variance(predicted: torch.Tensor, target: torch.Tensor, valid_mask: torch.Tensor) -> torch.Tensor:
+    """1 - Var[target - predicted] / Var[target] over valid entries (CleanRL), NaN if Var[target] = 0."""
+    with torch.no_grad():
+        var_target = masked_var(target, valid_mask, unbiased=False)
+        var_residual = masked_var(target - predicted, valid_mask, unbiased=False)
+        return torch.where(var_target > 0, 1 - var_residual / var_target, torch.nan)
+
+
+def smpo_loss_terms(
+    new_logprobs: torch.Tensor,
+    entropy: torch.Tensor,
+    new_values: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    old_values: torch.Tensor,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    valid_mask: torch.Tensor,
+    *,
+    clip_eps: float,
+    vf_coef: float,
+    ent_coef: float,
+    norm_adv: bool = True,
+    clip_vloss: bool = False,
+) -> SMPOLoss:
+    """The SMPO loss from per-transition tensors of one shape (`[T, N]`, or `[B]` for a minibatch).
+
+    The first three are the current network's outputs; the rest come from the rollout and GAE.
+    Padded entries of every input may be garbage. If the network outputs were computed from
+    garbage observations, their gradient is still poisoned: use `smpo_loss` instead.
+    """
+    # Sanitise first: from here on every entry is finite, and padded entries are constants 0.
+    new_logprobs, entropy, new_values, old_logprobs, old_values, advantages, returns = (
+        torch.where(valid_mask, x, 0.0)
+        for x in (new_logprobs, entropy, new_values, old_logprobs, old_values, advantages, returns)
+    )
+    if norm_adv:
+        advantages = normalize_advantages(advantages, valid_mask)
+
+    # (L2) L_clip = -(1/sum m) sum m min(r A, clip(r, 1-eps, 1+eps) A), r = pi_new / pi_old
+    log_ratio = new_logprobs - old_logprobs
+    ratio = log_ratio.exp()
+    surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)
+    policy_loss = -masked_mean(surrogate, valid_mask)
+
+    # (L3) L_v = 0.5 * masked mean (V - R)^2, or CleanRL's clipped max when clip_vloss.
+    value_error = (new_values - returns).square()
+    if clip_vloss:
+        clipped_values = old_values + (new_values - old_values).clamp(-clip_eps, clip_eps)
+        value_error = torch.max(value_error, (clipped_values - returns).square())
+    value_loss = 0.5 * masked_mean(value_error, valid_mask)
+
+    # (L4) H = masked mean of the policy entropy.
+    mean_entropy = masked_mean(entropy, valid_mask)
+
+    # (L6)
+    total = policy_loss + vf_coef * value_loss - ent_coef * mean_entropy
+
+    with torch.no_grad():
+        approx_kl = masked_mean((ratio - 1) - log_ratio, valid_mask)
+        clip_fraction = masked_mean(((ratio - 1).abs() > clip_eps).to(ratio.dtype), valid_mask)
+        new_values_ev = explained_variance(new_values, returns, valid_mask)
+    return SMPOLoss(
+        total=total,
+        policy_loss=policy_loss.detach(),
+        value_loss=value_loss.detach(),
+        entropy=mean_entropy.detach(),
+        approx_kl=approx_kl,
+        clip_fraction=clip_fraction,
+        explained_variance=new_values_ev,
+    )
+
+
+def smpo_loss(
+    policy: ActorCritic,
+    obs: torch.Tensor,
+    actions: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    old_values: torch.Tensor,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    valid_mask: torch.Tensor | None = None,
+    *,
+    clip_eps: float,
+    vf_coef: float,
+    ent_coef: float,
+    norm_adv: bool = True,
+    clip_vloss: bool = False,
+) -> SMPOLoss:
+    """Evaluate `policy` on (obs, actions) and return the SMPO loss.
+
+    `obs` is `[*batch, *obs_shape]`, `actions` `[*batch, *act_shape]`, the rest `[*batch]`;
+    `valid_mask=None` means every entry is valid (a compacted minibatch: plain PPO).
+    """
+    if valid_mask is None:
+        valid_mask = torch.ones(old_logprobs.shape, dtype=torch.bool, device=old_logprobs.device)
+    # Zero padded inputs before the forward pass so no NaN reaches the network's backward.
+    safe_obs = torch.where(_broadcast_mask(valid_mask, obs), obs, torch.zeros((), dtype=obs.dtype, device=obs.device))
+    safe_actions = torch.where(
+        _broadcast_mask(valid_mask, actions), actions, torch.zeros((), dtype=actions.dtype, device=actions.device)
+    )
+    _, new_logprobs, entropy, new_values = policy.get_action_and_value(safe_obs, safe_actions)
+    return smpo_loss_terms(
+        new_logprobs,
+        entropy,
+        new_values,
+        old_logprobs,
+        old_values,
+        advantages,
+        returns,
+        valid_mask,
+        clip_eps=clip_eps,
+        vf_coef=vf_coef,
+        ent_coef=ent_coef,
+        norm_adv=norm_adv,
+        clip_vloss=clip_vloss,
+    )
+
+
+def _broadcast_mask(valid_mask: torch.Tensor, per_step: torch.Tensor) -> torch.Tensor:
+    """valid_mask `[*batch]` viewed as `[*batch, 1, ...]` to select whole rows of `per_step`."""
+    return valid_mask.reshape(*valid_mask.shape, *([1] * (per_step.ndim - valid_mask.ndim)))

@@ -1,0 +1,130 @@
+"""An asyncio client of the fast.v1 Simulator API that speaks numpy.
+
+Used by the broker, `fast play` and the benchmarks; any other client can be generated from
+protos/ alone. Every call has a deadline (`timeout_s`); errors surface as grpc.aio.AioRpcError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import grpc
+import numpy as np
+
+from fast import tensor
+from fast.v1 import simulator_pb2 as pb
+from fast.v1 import simulator_pb2_grpc as pb_grpc
+from sim_server.env_api import SpaceSpec
+from fast.spaces import space_from_proto
+
+
+@dataclass
+class ServerDescription:
+    env_id: str
+    observation_space: SpaceSpec
+    action_space: SpaceSpec
+    num_slots: int
+    num_clips: int
+    cost_model: pb.CostModel
+    server_version: str
+
+
+@dataclass
+class StepReply:
+    slot_ids: np.ndarray  # [k]
+    observations: np.ndarray  # [k, *obs_shape]
+    rewards: np.ndarray  # [k] float32
+    terminated: np.ndarray  # [k] bool
+    truncated: np.ndarray  # [k] bool
+    episodes: list[pb.EpisodeSummary] = field(default_factory=list)
+    timing: pb.ServerTiming | None = None
+
+
+def _step_reply(response: pb.StepResponse) -> StepReply:
+    return StepReply(
+        slot_ids=np.asarray(response.slot_ids, dtype=np.int64),
+        observations=tensor.from_proto(response.observations, field="observations"),
+        rewards=tensor.from_proto(response.rewards, field="rewards"),
+        terminated=tensor.from_proto(response.terminated, field="terminated"),
+        truncated=tensor.from_proto(response.truncated, field="truncated"),
+        episodes=list(response.episodes),
+        timing=response.timing,
+    )
+
+
+class SimulatorClient:
+    def __init__(self, address: str, *, timeout_s: float = 30.0, max_message_bytes: int = 64 << 20) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self._channel = grpc.aio.insecure_channel(
+            address,
+            options=[
+                ("grpc.max_receive_message_length", max_message_bytes),
+                ("grpc.max_send_message_length", max_message_bytes),
+            ],
+        )
+        self._stub = pb_grpc.SimulatorStub(self._channel)
+
+    async def __aenter__(self) -> "SimulatorClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def wait_ready(self, timeout_s: float = 10.0) -> None:
+        """Wait until the channel connects; asyncio.TimeoutError after timeout_s."""
+        await asyncio.wait_for(self._channel.channel_ready(), timeout_s)
+
+    async def describe(self) -> ServerDescription:
+        r = await self._stub.Describe(pb.DescribeRequest(), timeout=self.timeout_s)
+        return ServerDescription(
+            env_id=r.env_id,
+            observation_space=space_from_proto(r.observation_space, field="observation_space"),
+            action_space=space_from_proto(r.action_space, field="action_space"),
+            num_slots=r.num_slots,
+            num_clips=r.num_clips,
+            cost_model=r.capabilities.cost_model,
+            server_version=r.server_version,
+        )
+
+    async def reset(self, slot_ids, clip_ids, seeds=()) -> tuple[np.ndarray, pb.ServerTiming]:
+        r = await self._stub.Reset(
+            pb.ResetRequest(slot_ids=list(map(int, slot_ids)), clip_ids=list(map(int, clip_ids)), seeds=list(map(int, seeds))),
+            timeout=self.timeout_s,
+        )
+        return tensor.from_proto(r.observations, field="observations"), r.timing
+
+    async def step(self, slot_ids, actions: np.ndarray) -> StepReply:
+        r = await self._stub.Step(
+            pb.StepRequest(slot_ids=list(map(int, slot_ids)), actions=tensor.to_proto(actions)), timeout=self.timeout_s
+        )
+        return _step_reply(r)
+
+    def step_stream(self) -> "StepStream":
+        return StepStream(self._stub.StepStream(timeout=None))
+
+
+class StepStream:
+    """The bidirectional form of Step: one request in flight, answered in order."""
+
+    def __init__(self, call) -> None:
+        self._call = call
+        self._next_id = 0
+
+    async def step(self, slot_ids, actions: np.ndarray) -> StepReply:
+        self._next_id += 1
+        await self._call.write(
+            pb.StepRequest(slot_ids=list(map(int, slot_ids)), actions=tensor.to_proto(actions), request_id=self._next_id)
+        )
+        response = await self._call.read()
+        if response is grpc.aio.EOF:
+            code, details = await self._call.code(), await self._call.details()
+            raise ConnectionError(f"the step stream ended with {code.name}: {details}")
+        return _step_reply(response)
+
+    async def close(self) -> None:
+        await self._call.done_writing()

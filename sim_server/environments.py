@@ -1,0 +1,21 @@
+"""Build the environment a server serves from its `--env` spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim_server.env_api import SlotEnv
+
+
+def make_env(spec: str, num_slots: int, *, seed: int = 0, num_clips: int | None = None, env_kwargs: dict[str, Any] | None = None) -> SlotEnv:
+    """`takeover` (the built-in driving workload) or `gym:<id>` (any Gymnasium env)."""
+    kwargs = dict(env_kwargs or {})
+    if spec == "takeover":
+        from sim_server.takeover import TakeoverEnv
+
+        return TakeoverEnv(num_slots=num_slots, seed=seed, num_clips=num_clips or 200, **kwargs)
+    if spec.startswith("gym:") and len(spec) > 4:
+        from sim_server.gym_adapter import GymSlotEnv
+
+        return GymSlotEnv(spec[4:], num_slots=num_slots, num_clips=num_clips or 1000, **kwargs)
+    raise ValueError(f"env {spec!r} is unknown; use 'takeover' or 'gym:<registered Gymnasium id>' (e.g. gym:CartPole-v1)")

@@ -1,0 +1,78 @@
+"""Process shell of a simulator server: gRPC server, health, reflection, signals.
+
+`create_server` builds and starts a server on an address (port 0 picks a free one) and
+returns it with the bound port; `serve` runs one until SIGTERM or SIGINT, then drains
+in-flight calls for `grace_s` and returns (the process exits 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from fast.v1 import simulator_pb2 as pb
+from fast.v1 import simulator_pb2_grpc as pb_grpc
+from sim_server.config import SimServerConfig
+from sim_server.cost_model import CostModel
+from sim_server.environments import make_env
+from sim_server.servicer import SimulatorServicer
+from sim_server.simulator import Simulator
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Simulator"].full_name
+
+
+def build_simulator(config: SimServerConfig) -> Simulator:
+    env = make_env(config.env, config.slots, seed=config.seed, num_clips=config.num_clips, env_kwargs=config.env_kwargs)
+    return Simulator(env, CostModel(config.cost_model()))
+
+
+async def create_server(
+    simulator: Simulator, address: str, *, env_id: str, max_message_bytes: int = 64 << 20
+) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    pb_grpc.add_SimulatorServicer_to_server(SimulatorServicer(simulator, env_id), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot bind {address}: the address is in use or invalid")
+    await server.start()
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, port, health_servicer
+
+
+async def serve(config: SimServerConfig) -> None:
+    simulator = build_simulator(config)
+    address = f"{config.host}:{config.port}"
+    server, port, health_servicer = await create_server(
+        simulator, address, env_id=config.env, max_message_bytes=config.max_message_bytes
+    )
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    # Tests and `fast train` read the bound address from this line.
+    print(f"fast sim-server listening on {host}:{port} env={config.env} slots={config.slots} "
+          f"cost={simulator.cost_model.config.preset}", flush=True)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    print(f"fast sim-server draining (up to {config.grace_s:g} s)", file=sys.stderr, flush=True)
+    await health_servicer.enter_graceful_shutdown()
+    await server.stop(config.grace_s)
+    close = getattr(simulator.env, "close", None)
+    if close is not None:
+        close()

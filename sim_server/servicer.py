@@ -1,0 +1,130 @@
+"""The fast.v1.Simulator gRPC servicer: protos to domain types and errors to status codes.
+
+All logic lives in `Simulator`; this file only translates. Deadlines: a Step whose deadline
+is shorter than the step latency is refused before it runs; a Reset whose deadline passes
+mid-wait is cancelled before the env is touched. Either way the client gets
+DEADLINE_EXCEEDED with every slot as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Awaitable, TypeVar
+
+import grpc
+import numpy as np
+
+import fast
+from fast import tensor
+from fast.v1 import simulator_pb2 as pb
+from fast.v1 import simulator_pb2_grpc as pb_grpc
+from fast.spaces import space_to_proto
+from sim_server.errors import ErrorKind, SimError
+from sim_server.simulator import CallTiming, Simulator, StepOutcome
+
+T = TypeVar("T")
+
+_STATUS = {
+    ErrorKind.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorKind.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorKind.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
+}
+
+
+def _timing_to_proto(timing: CallTiming) -> pb.ServerTiming:
+    return pb.ServerTiming(compute_s=timing.compute_s, emulated_s=timing.emulated_s, queued_s=timing.queued_s)
+
+
+def _ids(values) -> np.ndarray:
+    return np.fromiter(values, dtype=np.int64, count=len(values))
+
+
+class SimulatorServicer(pb_grpc.SimulatorServicer):
+    def __init__(self, simulator: Simulator, env_id: str) -> None:
+        self.sim = simulator
+        self.env_id = env_id
+
+    async def _run(self, call: Awaitable[T], context: grpc.aio.ServicerContext, *, cancel_at_deadline: bool = False) -> T:
+        """Await a domain call, mapping domain errors to statuses; optionally cancel it at the deadline."""
+        try:
+            remaining = context.time_remaining() if cancel_at_deadline else None
+            return await (asyncio.wait_for(call, timeout=remaining) if remaining is not None else call)
+        except SimError as exc:
+            await context.abort(_STATUS[exc.kind], exc.message)
+        except tensor.TensorError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except asyncio.TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed before it finished; no slot was changed")
+        raise AssertionError("unreachable: context.abort raises")
+
+    async def Describe(self, request: pb.DescribeRequest, context) -> pb.DescribeResponse:
+        env = self.sim.env
+        cost = self.sim.cost_model.config
+        return pb.DescribeResponse(
+            env_id=self.env_id,
+            observation_space=space_to_proto(env.observation_space),
+            action_space=space_to_proto(env.action_space),
+            num_slots=env.num_slots,
+            num_clips=env.num_clips,
+            capabilities=pb.Capabilities(
+                batched_reset=True,
+                streaming_step=True,
+                cost_model=pb.CostModel(**cost.model_dump()),
+            ),
+            server_version=fast.__version__,
+            api_version=fast.API_VERSION,
+        )
+
+    async def Reset(self, request: pb.ResetRequest, context) -> pb.ResetResponse:
+        slot_ids = _ids(request.slot_ids)
+        observations, timing = await self._run(
+            self.sim.reset(slot_ids, _ids(request.clip_ids), _ids(request.seeds)), context, cancel_at_deadline=True
+        )
+        return pb.ResetResponse(
+            slot_ids=request.slot_ids, observations=tensor.to_proto(observations), timing=_timing_to_proto(timing)
+        )
+
+    async def _step(self, request: pb.StepRequest) -> pb.StepResponse:
+        slot_ids = _ids(request.slot_ids)
+        outcome: StepOutcome = await self.sim.step(slot_ids, tensor.from_proto(request.actions, field="actions"))
+        result = outcome.result
+        return pb.StepResponse(
+            slot_ids=request.slot_ids,
+            observations=tensor.to_proto(result.observations),
+            rewards=tensor.to_proto(result.rewards.astype(np.float32, copy=False)),
+            terminated=tensor.to_proto(result.terminated.astype(bool, copy=False)),
+            truncated=tensor.to_proto(result.truncated.astype(bool, copy=False)),
+            episodes=[
+                pb.EpisodeSummary(
+                    slot_id=e.slot_id,
+                    clip_id=e.clip_id,
+                    length=int(e.metrics.get("length", 0)),
+                    episode_return=float(e.metrics.get("return", 0.0)),
+                    terminated=e.terminated,
+                    metrics={k: float(v) for k, v in e.metrics.items()},
+                )
+                for e in outcome.episodes
+            ],
+            timing=_timing_to_proto(outcome.timing),
+            request_id=request.request_id,
+        )
+
+    async def _refuse_if_too_late(self, context) -> None:
+        remaining = context.time_remaining()
+        latency = self.sim.cost_model.config.step_latency_s
+        if remaining is not None and remaining < latency:
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"the deadline ({remaining * 1e3:.1f} ms left) is shorter than the step latency "
+                f"({latency * 1e3:.1f} ms); no slot was changed",
+            )
+
+    async def Step(self, request: pb.StepRequest, context) -> pb.StepResponse:
+        await self._refuse_if_too_late(context)
+        return await self._run(self._step(request), context)
+
+    async def StepStream(self, request_iterator: AsyncIterator[pb.StepRequest], context) -> AsyncIterator[pb.StepResponse]:
+        async for request in request_iterator:
+            await self._refuse_if_too_late(context)
+            yield await self._run(self._step(request), context)

@@ -1,0 +1,80 @@
+"""The cost model's rules, checked on its own clock (no sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from sim_server.cost_model import PRESETS, CostModel, CostModelConfig, cost_model_config
+from sim_server.precise_wait import precise_wait
+
+
+def _run(coro):
+    return asyncio.run(coro)
+
+
+def test_precise_wait_reports_the_wait_it_made() -> None:
+    async def go():
+        started = time.perf_counter()
+        waited = await precise_wait(0.0016)
+        return waited, time.perf_counter() - started
+
+    waited, outside = _run(go())
+    assert 0.0016 <= waited <= outside
+    assert _run(precise_wait(0.0)) == 0.0
+
+
+def test_off_preset_waits_nothing() -> None:
+    model = CostModel(PRESETS["off"])
+    assert _run(model.step()).emulated_s == 0.0
+    assert _run(model.reset([1, 2, 3])).emulated_s == 0.0
+
+
+def test_batched_reset_pays_fixed_part_once() -> None:
+    cfg = CostModelConfig(reset_fixed_s=0.05, map_load_s=0.0)
+    batched = _run(CostModel(cfg).reset([1, 2, 3, 4]))
+
+    async def four_concurrent():
+        model = CostModel(cfg)
+        started = time.perf_counter()
+        timings = await asyncio.gather(*(model.reset([m]) for m in (1, 2, 3, 4)))
+        return time.perf_counter() - started, timings
+
+    elapsed, timings = _run(four_concurrent())
+    assert 0.05 <= batched.emulated_s < 0.1
+    assert elapsed >= 0.2  # the exclusive engine serves one reset at a time
+    assert sum(t.queued_s for t in timings) >= 0.05 + 0.1 + 0.15 - 0.01
+
+
+def test_parallel_preset_resets_do_not_queue() -> None:
+    cfg = cost_model_config("parallel", step_latency_s=0.0)
+
+    async def four_concurrent():
+        model = CostModel(cfg)
+        started = time.perf_counter()
+        await asyncio.gather(*(model.reset([m]) for m in (1, 2, 3, 4)))
+        return time.perf_counter() - started
+
+    assert _run(four_concurrent()) < 2 * (cfg.reset_fixed_s + cfg.map_load_s)
+
+
+def test_map_loads_share_bandwidth_and_cache() -> None:
+    cfg = CostModelConfig(map_load_s=0.03, map_load_cached_s=0.0, map_cache_size=2)
+    model = CostModel(cfg)
+    assert _run(model.reset([1, 2])).emulated_s >= 0.06  # two uncached loads, one channel
+    assert _run(model.reset([1, 2])).emulated_s < 0.03  # both cached now
+    assert _run(model.reset([7, 7])).emulated_s == pytest.approx(0.03, abs=0.015)  # one map loads once
+    assert _run(model.reset([1])).emulated_s >= 0.03  # evicted (cache of 2: 7 and 2 remain)
+
+
+def test_unknown_preset_is_named() -> None:
+    with pytest.raises(ValueError, match="cost preset 'fastest' is unknown; use one of off, calibrated"):
+        cost_model_config("fastest")
+
+
+def test_override_marks_preset_custom() -> None:
+    cfg = cost_model_config("calibrated", step_latency_s=0.01, reset_fixed_s=None)
+    assert cfg.preset == "calibrated+custom" and cfg.step_latency_s == 0.01
+    assert cfg.reset_fixed_s == PRESETS["calibrated"].reset_fixed_s
