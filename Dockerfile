@@ -12,6 +12,7 @@ COPY pyproject.toml README.md ./
 COPY fast ./fast
 COPY sim_server ./sim_server
 COPY learner ./learner
+COPY broker ./broker
 RUN pip install --no-cache-dir .
 
 RUN useradd --create-home --uid 10001 fast

@@ -76,6 +76,80 @@ def sim_server(
         _fail(str(exc))
 
 
+@app.command("learner")
+def learner(
+    port: Annotated[Optional[int], typer.Option(help="Port; 0 picks a free one and prints it. [default: 0]")] = None,
+    host: Annotated[Optional[str], typer.Option(help="Address to bind. [default: 127.0.0.1]")] = None,
+    checkpoint_dir: Annotated[Optional[Path], typer.Option(help="Where checkpoints are written and resumed from. [default: runs/learner/checkpoints]")] = None,
+    checkpoint_every: Annotated[Optional[int], typer.Option(help="Checkpoint every K policy versions. [default: 10]")] = None,
+    keep_checkpoints: Annotated[Optional[int], typer.Option(help="Newest checkpoints kept. [default: 3]")] = None,
+    device: Annotated[Optional[str], typer.Option(help="cpu | cuda | cuda:<index>. [default: CUDA when present, else CPU]")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Seeds the initial weights and the minibatch shuffling. [default: 1]")] = None,
+    lr: Annotated[Optional[float], typer.Option(help="Adam learning rate. [default: 3e-4]")] = None,
+    update_epochs: Annotated[Optional[int], typer.Option(help="PPO epochs per batch. [default: 10]")] = None,
+    num_minibatches: Annotated[Optional[int], typer.Option(help="Minibatches per epoch. [default: 32]")] = None,
+    max_message_bytes: Annotated[Optional[int], typer.Option(help="Largest message accepted. [default: 256 MiB]")] = None,
+    grace_s: Annotated[Optional[float], typer.Option(help="Drain time on SIGTERM before the final checkpoint. [default: 10]")] = None,
+    config: ConfigFile = None,
+) -> None:
+    """Serve the learner (SMPO-PPO, policy versions, checkpoints) over gRPC.
+
+    Every setting, PPO hyper-parameters included, also comes from FAST_LEARNER_<NAME>
+    environment variables (e.g. FAST_LEARNER_GAMMA=0.995) or the --config file; see docs/learner.md.
+    """
+    from learner.config import ENV_PREFIX, LearnerConfig
+    from learner.server import serve
+
+    overrides = dict(
+        port=port, host=host, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
+        keep_checkpoints=keep_checkpoints, device=device, seed=seed, lr=lr, update_epochs=update_epochs,
+        num_minibatches=num_minibatches, max_message_bytes=max_message_bytes, grace_s=grace_s,
+    )
+    try:
+        cfg = resolve_config(LearnerConfig, file=config, env_prefix=ENV_PREFIX, overrides=overrides)
+        asyncio.run(serve(cfg))
+    except (ConfigError, ValueError, OSError) as exc:
+        _fail(str(exc))
+
+
+@app.command("broker")
+def broker(
+    simulators: Annotated[Optional[str], typer.Option(help="Simulator servers: HOST:PORT[,HOST:PORT...] or dns:///NAME:PORT.")] = None,
+    learner: Annotated[Optional[str], typer.Option("--learner", help="Learner HOST:PORT.")] = None,
+    mode: Annotated[Optional[str], typer.Option(help="sc | autoreset | sgr | ver | fast. [default: fast]")] = None,
+    alpha: Annotated[Optional[float], typer.Option(help="DPSA termination-rate threshold. [default: 0.5]")] = None,
+    t_max: Annotated[Optional[int], typer.Option(help="DPSA round length limit. [default: 200]")] = None,
+    samples_per_iteration: Annotated[Optional[int], typer.Option(help="Valid transitions per iteration. [default: 2048]")] = None,
+    iterations: Annotated[Optional[int], typer.Option(help="Iterations; 0 runs until stopped. [default: 0]")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Seed of clip dealing and action sampling. [default: 0]")] = None,
+    run_dir: Annotated[Optional[str], typer.Option(help="Directory for metrics.jsonl.")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Port of the control API; 0 picks one. [default: 0]")] = None,
+    host: Annotated[Optional[str], typer.Option(help="Address of the control API. [default: 127.0.0.1]")] = None,
+    step_timeout_s: Annotated[Optional[float], typer.Option(help="Deadline of a Step call. [default: 5]")] = None,
+    learner_wait_s: Annotated[Optional[float], typer.Option(help="How long to wait for an unavailable learner. [default: 120]")] = None,
+    config: ConfigFile = None,
+) -> None:
+    """Run the rollout broker: sample with DPSA (or a baseline mode) and train through the learner.
+
+    Settings also come from FAST_BROKER_<NAME> environment variables or the --config file.
+    Exits 0 when its iterations are done, 1 when the run failed.
+    """
+    from broker.config import ENV_PREFIX, BrokerConfig
+    from broker.server import serve
+
+    overrides = dict(
+        simulators=simulators, learner=learner, mode=mode, alpha=alpha, t_max=t_max,
+        samples_per_iteration=samples_per_iteration, iterations=iterations, seed=seed, run_dir=run_dir,
+        port=port, host=host, step_timeout_s=step_timeout_s, learner_wait_s=learner_wait_s,
+    )
+    try:
+        cfg = resolve_config(BrokerConfig, file=config, env_prefix=ENV_PREFIX, overrides=overrides)
+        code = asyncio.run(serve(cfg))
+    except (ConfigError, ValueError, OSError) as exc:
+        _fail(str(exc))
+    raise typer.Exit(code=code)
+
+
 @app.command("play")
 def play(
     env: Annotated[str, typer.Option(help="'takeover' or 'gym:<Gymnasium id>'.")] = "takeover",

@@ -114,7 +114,7 @@ def load_checkpoint(path: Path) -> Checkpoint:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises several types for truncated or foreign files
-        raise CheckpointError(f"checkpoint {path} is unreadable ({type(error).__name__}: {error})") from error
+        raise CheckpointError(f"checkpoint {path} is unreadable ({type(error).__name__}: {_first_line(error)})") from error
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
         raise CheckpointError(f"checkpoint {path} is not a {FORMAT} file (format {found!r})")
@@ -135,7 +135,7 @@ def load_checkpoint(path: Path) -> Checkpoint:
     except CheckpointError:
         raise
     except Exception as error:
-        raise CheckpointError(f"checkpoint {path} is malformed ({type(error).__name__}: {error})") from error
+        raise CheckpointError(f"checkpoint {path} is malformed ({type(error).__name__}: {_first_line(error)})") from error
 
 
 def load_latest(directory: Path) -> Checkpoint | None:
@@ -180,6 +180,12 @@ def prune_checkpoints(directory: Path, keep: int) -> list[Path]:
     for path in removed:
         path.unlink(missing_ok=True)
     return removed
+
+
+def _first_line(error: Exception) -> str:
+    # torch's unpickling errors run to a page of advice; the first line names the fault.
+    lines = str(error).strip().splitlines()
+    return lines[0][:300] if lines else ""
 
 
 def _space(data: bytes, name: str) -> SpaceSpec:

@@ -128,3 +128,7 @@ class StepStream:
 
     async def close(self) -> None:
         await self._call.done_writing()
+
+    def cancel(self) -> None:
+        """Abandon the stream (after a timeout its state is unknown); the server sees CANCELLED."""
+        self._call.cancel()

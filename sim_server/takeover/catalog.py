@@ -54,10 +54,22 @@ START_LATERAL_MARGIN_M = 0.4  # > the env's lateral start perturbation plus head
 AGENT_S, AGENT_D, AGENT_VS, AGENT_VD, AGENT_COS, AGENT_SIN = range(6)
 NUM_AGENT_FEATURES = 6
 
-# Intelligent Driver Model parameters of the logged ego (the human after the takeover) and of
-# followers, which replay how they followed that logged ego.
-LOGGED_EGO_IDM = dict(headway=1.4, standstill=4.0, accel=1.5, comfort_decel=3.0)
-FOLLOWER_IDM = dict(standstill=2.5, accel=1.5, comfort_decel=2.5)
+
+
+@dataclass(frozen=True)
+class IdmParams:
+    """Intelligent Driver Model parameters (Treiber et al. 2000)."""
+
+    headway: float | np.ndarray  # desired time headway, s (per clip for followers)
+    standstill: float  # minimum bumper gap, m
+    accel: float  # maximum acceleration, m/s^2
+    comfort_decel: float  # comfortable deceleration, m/s^2
+
+
+# The logged ego (the human after the takeover) and followers, which replay how they followed it.
+LOGGED_EGO_IDM = IdmParams(headway=1.4, standstill=4.0, accel=1.5, comfort_decel=3.0)
+FOLLOWER_STANDSTILL_M, FOLLOWER_ACCEL, FOLLOWER_COMFORT_DECEL = 2.5, 1.5, 2.5
+FOLLOWER_DESIRED_SPEED_FACTOR = 1.1  # of the route speed: followers close up to their headway
 MAX_HUMAN_DECEL = 8.0
 
 
@@ -251,7 +263,9 @@ def _assemble(seed: int, maps: _Maps, drafts: list[_ClipDraft]) -> Catalog:
     route_speed = np.array([dr.route_speed for dr in drafts])
     ego_lane = np.array([dr.ego_lane for dr in drafts], dtype=np.int64)
     lane_width = maps.lane_width[map_id]
-    _replay_followers(state, kind, role, length, width, np.array([dr.follower_headway for dr in drafts]), route_speed, (ego_lane + 0.5) * lane_width, lane_width)
+    follower_headway = np.array([dr.follower_headway for dr in drafts])
+    follower_idm = IdmParams(follower_headway, FOLLOWER_STANDSTILL_M, FOLLOWER_ACCEL, FOLLOWER_COMFORT_DECEL)
+    _replay_followers(state, kind, role, length, width, follower_idm, route_speed, (ego_lane + 0.5) * lane_width, lane_width)
     _fill_kinematics(state, kind)
 
     steps = np.arange(n)
@@ -280,15 +294,29 @@ def _assemble(seed: int, maps: _Maps, drafts: list[_ClipDraft]) -> Catalog:
     )
 
 
-def idm_accel(speed, desired, gap, closing, headway, standstill, accel, comfort_decel):
-    """Intelligent Driver Model acceleration, limited to [-MAX_HUMAN_DECEL, accel]."""
-    wanted = standstill + np.maximum(speed * headway + speed * closing / (2.0 * np.sqrt(accel * comfort_decel)), 0.0)
+def idm_accel(speed: np.ndarray, desired: np.ndarray, gap: np.ndarray, closing: np.ndarray, idm: IdmParams) -> np.ndarray:
+    """IDM acceleration behind a leader `gap` m ahead (inf: none) closing at `closing` m/s.
+
+    a = accel * (1 - (v / v0)^4 - (s* / gap)^2), s* = standstill + max(0, v T + v dv / (2 sqrt(a b))),
+    limited to [-MAX_HUMAN_DECEL, accel].
+    """
+    wanted = idm.standstill + np.maximum(speed * idm.headway + speed * closing / (2.0 * np.sqrt(idm.accel * idm.comfort_decel)), 0.0)
     free = 1.0 - (speed / np.maximum(desired, 0.1)) ** 4
     interaction = np.where(np.isfinite(gap), (wanted / np.maximum(gap, 0.1)) ** 2, 0.0)
-    return np.clip(accel * (free - interaction), -MAX_HUMAN_DECEL, accel)
+    return np.clip(idm.accel * (free - interaction), -MAX_HUMAN_DECEL, idm.accel)
 
 
-def _replay_followers(state, kind, role, length, width, follower_headway, route_speed, ego_centre, lane_width) -> None:
+def _replay_followers(
+    state: np.ndarray,
+    kind: np.ndarray,
+    role: np.ndarray,
+    length: np.ndarray,
+    width: np.ndarray,
+    follower_idm: IdmParams,
+    route_speed: np.ndarray,
+    ego_centre: np.ndarray,
+    lane_width: np.ndarray,
+) -> None:
     """Fill follower tracks: each follows the logged ego, which itself drives an IDM on its lane.
 
     The logged ego (the human after the takeover) keeps its lane and brakes for whatever
@@ -312,16 +340,16 @@ def _replay_followers(state, kind, role, length, width, follower_headway, route_
         if t == n - 1:
             break
         s, d = state[:, t, :, AGENT_S], state[:, t, :, AGENT_D]
-        in_lane = obstacle & (d + 0.5 * width > lane_lo[:, None]) & (d - 0.5 * width < lane_hi[:, None]) & (s > ego_s[:, None])
+        beside = (d + 0.5 * width > lane_lo[:, None]) & (d - 0.5 * width < lane_hi[:, None])
+        in_lane = obstacle & beside & (s > ego_s[:, None])
         gaps = np.where(in_lane, s - ego_s[:, None] - 0.5 * (EGO_LENGTH + length), np.inf)
         lead = np.argmin(gaps, axis=1)
         gap = gaps[clips, lead]
         closing = np.where(np.isfinite(gap), ego_v - vel_s[clips, t, lead], 0.0)
-        a = idm_accel(ego_v, route_speed, gap, closing, LOGGED_EGO_IDM["headway"], LOGGED_EGO_IDM["standstill"], LOGGED_EGO_IDM["accel"], LOGGED_EGO_IDM["comfort_decel"])
-        new_v = np.maximum(ego_v + a * DT, 0.0)
+        new_v = np.maximum(ego_v + idm_accel(ego_v, route_speed, gap, closing, LOGGED_EGO_IDM) * DT, 0.0)
         f_gap = ego_s - f_s - 0.5 * (EGO_LENGTH + follower_len)
-        fa = idm_accel(f_v, route_speed * 1.1, f_gap, f_v - ego_v, follower_headway, FOLLOWER_IDM["standstill"], FOLLOWER_IDM["accel"], FOLLOWER_IDM["comfort_decel"])
-        new_fv = np.maximum(f_v + fa * DT, 0.0)
+        f_accel = idm_accel(f_v, FOLLOWER_DESIRED_SPEED_FACTOR * route_speed, f_gap, f_v - ego_v, follower_idm)
+        new_fv = np.maximum(f_v + f_accel * DT, 0.0)
         ego_s, ego_v = ego_s + 0.5 * (ego_v + new_v) * DT, new_v
         f_s, f_v = f_s + 0.5 * (f_v + new_fv) * DT, new_fv
 

@@ -89,7 +89,9 @@ class TakeoverEnv:
         slots = np.asarray(slot_ids, dtype=np.int64)
         clips = self._clip[slots]
         d_before, accel_before = self._d[slots], self._accel[slots]
-        s, d, cos_h, sin_h, speed, accel = step_ego(self._s[slots], d_before, self._cos[slots], self._sin[slots], self._speed[slots], np.asarray(actions))
+        s, d, cos_h, sin_h, speed, accel = step_ego(
+            self._s[slots], d_before, self._cos[slots], self._sin[slots], self._speed[slots], np.asarray(actions)
+        )
         self._s[slots], self._d[slots], self._cos[slots], self._sin[slots] = s, d, cos_h, sin_h
         self._speed[slots], self._accel[slots] = speed, accel
         self._t[slots] += 1

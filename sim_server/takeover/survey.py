@@ -112,7 +112,10 @@ def main() -> None:
         if args.by_scenario:
             for index, scenario in enumerate(SCENARIOS):
                 part = summarise([m for m in metrics if catalog.clip_scenario[int(m["clip_id"])] == index])
-                print(f"  {scenario:20s} episodes={part['episodes']} mean={part['mean']:.4g} p10={part['p10']:.4g} collision_rate={part['collision_rate']:.3g} off_road_rate={part['off_road_rate']:.3g}")
+                print(
+                    f"  {scenario:20s} episodes={part['episodes']} mean={part['mean']:.4g} p10={part['p10']:.4g} "
+                    f"collision_rate={part['collision_rate']:.3g} off_road_rate={part['off_road_rate']:.3g}"
+                )
     for num_slots in args.bench_slots:
         per_call, per_slot_step = bench_step(catalog, num_slots)
         print(f"step cpu: slots={num_slots} per_call_us={per_call * 1e6:.0f} per_slot_step_us={per_slot_step * 1e6:.1f}")

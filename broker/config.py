@@ -1,0 +1,51 @@
+"""Settings of `fast broker`: flags, FAST_BROKER_* environment variables or a YAML file."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+ENV_PREFIX = "FAST_BROKER_"
+MODES = ("sc", "autoreset", "sgr", "ver", "fast")
+
+
+class BrokerConfig(BaseModel):
+    # Where the simulators and the learner are.
+    simulators: list[str] = Field(default_factory=list)  # host:port, or dns:///name:port for every IP of a name
+    learner: str = ""  # host:port of the learner
+    host: str = "127.0.0.1"  # the broker's own control API
+    port: int = Field(0, ge=0, le=65535)
+    # Sampling.
+    mode: Literal["sc", "autoreset", "sgr", "ver", "fast"] = "fast"
+    alpha: float = Field(0.5, gt=0.0, le=1.0)  # DPSA: truncate when the termination rate reaches alpha
+    t_max: int = Field(200, ge=1)  # DPSA: ... or when the round reaches t_max steps
+    samples_per_iteration: int = Field(2048, ge=1)  # valid transitions per iteration (at least)
+    iterations: int = Field(0, ge=0)  # 0: until stopped
+    seed: int = 0
+    holdout_every: int = Field(10, ge=0)  # clip c is held out for evaluation when c % holdout_every == holdout_every-1
+    # Deadlines and retries: no wait is unbounded.
+    step_timeout_s: float = Field(5.0, gt=0.0)
+    reset_timeout_s: float = Field(30.0, gt=0.0)
+    describe_timeout_s: float = Field(5.0, gt=0.0)
+    stall_timeout_s: float = Field(60.0, gt=0.0)  # sampling gives up when no valid step happens this long
+    startup_timeout_s: float = Field(60.0, gt=0.0)  # waiting for simulators and learner at start
+    learner_wait_s: float = Field(120.0, gt=0.0)  # waiting for an unavailable learner before failing the run
+    update_timeout_s: float = Field(600.0, gt=0.0)
+    # Outputs.
+    run_dir: str = ""  # metrics.jsonl goes here when set
+
+    @field_validator("simulators", mode="before")
+    @classmethod
+    def _split(cls, value):
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _needs(self) -> "BrokerConfig":
+        if not self.simulators:
+            raise ValueError("simulators is empty; give --simulators HOST:PORT[,HOST:PORT...] or dns:///NAME:PORT")
+        if not self.learner:
+            raise ValueError("learner is empty; give --learner HOST:PORT")
+        return self

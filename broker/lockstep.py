@@ -1,0 +1,234 @@
+"""Lock-step samplers: `sc`, `autoreset`, `sgr` and `fast` share one loop and differ only in
+what happens when episodes end.
+
+Every step: one forward pass for the slots that act, one Step call per server (concurrent),
+one row of the [T, N] batch. Then the mode's rule:
+- sc / autoreset: a slot whose episode ended is reset at once, on its own (one Reset call
+  per slot, as each env of a Gymnasium vector env resets itself);
+- sgr: the first episode that ends ends the round: every live slot is truncated and all
+  slots reset together (one batched Reset per server);
+- fast (DPSA): an ended slot is padded with masked virtual steps; the round ends when the
+  termination rate reaches alpha or the round reaches t_max (broker/dpsa.py), then live slots
+  are truncated (bootstrapped) and all slots reset in one batched Reset per server.
+sc and autoreset carry live episodes across iterations (truncated and bootstrapped at the
+iteration's end); sgr and fast end every iteration at a round boundary.
+
+Faults: a slot whose server fails is padding from that step; its previous step, if it was
+open, is truncated and bootstrapped from V of the observation the slot last received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+
+from broker import dpsa
+from broker.dealer import ClipDealer
+from broker.metrics import IterationStats
+from broker.policy_runner import PolicyRunner
+from broker.pool import SimulatorPool
+from broker.recorder import RolloutRecorder
+
+LOCKSTEP_MODES = ("sc", "autoreset", "sgr", "fast")
+
+
+class SamplingError(RuntimeError):
+    """Sampling cannot go on (e.g. no simulator answered within the stall timeout)."""
+
+
+class LockstepSampler:
+    def __init__(
+        self,
+        pool: SimulatorPool,
+        runner: PolicyRunner,
+        dealer: ClipDealer,
+        *,
+        mode: str,
+        samples_per_iteration: int,
+        alpha: float = 1.0,
+        t_max: int = 1000,
+        stall_timeout_s: float = 60.0,
+    ) -> None:
+        if mode not in LOCKSTEP_MODES:
+            raise ValueError(f"mode {mode!r} is not a lock-step mode; use one of {', '.join(LOCKSTEP_MODES)}")
+        self.pool, self.runner, self.dealer = pool, runner, dealer
+        self.mode = mode
+        self.samples_per_iteration = samples_per_iteration
+        self.alpha, self.t_max = alpha, t_max
+        self.stall_timeout_s = stall_timeout_s
+        self.slots = np.arange(1 if mode == "sc" else pool.num_slots)  # global ids of the slots used
+        n = self.slots.size
+        space = pool.observation_space
+        self.obs = np.zeros((n, *space.shape), dtype=space.dtype)
+        self.live = np.zeros(n, dtype=bool)  # a live episode runs in the slot
+        self.episode_len = np.zeros(n, dtype=np.int64)
+        self.round_members = np.zeros(n, dtype=bool)  # slots reset at the start of this round
+        self.round_done = np.zeros(n, dtype=bool)  # members whose episode ended (or failed) this round
+        self.round_steps = 0
+
+    @property
+    def rounds(self) -> bool:
+        return self.mode in ("sgr", "fast")
+
+    def _up(self) -> np.ndarray:
+        return self.pool.up_mask()[self.slots]
+
+    async def _reset(self, positions: np.ndarray, *, batched: bool, stats: IterationStats) -> np.ndarray:
+        """Reset slots (positions into self.slots) onto freshly dealt clips; returns which succeeded."""
+        if positions.size == 0:
+            return np.zeros(0, dtype=bool)
+        clips, seeds = self.dealer.deal(positions.size)
+        started = time.perf_counter()
+        result = await self.pool.reset(self.slots[positions], clips, seeds, batched=batched)
+        stats.reset_wall_s += time.perf_counter() - started
+        stats.reset_server_s += result.server_s
+        servers = np.unique(self.pool.slot_server[self.slots[positions]]).size
+        stats.reset_calls += servers if batched else positions.size
+        ok = ~result.failed
+        done = positions[ok]
+        self.obs[done] = result.observations[ok]
+        self.live[done] = True
+        self.episode_len[done] = 0
+        stats.slot_resets += done.size
+        return ok
+
+    async def _wait_for_a_server(self, stats: IterationStats) -> None:
+        """Retry down servers (with their backoff) until one is up; bounded by stall_timeout_s."""
+        deadline = time.monotonic() + self.stall_timeout_s
+        while not self._up().any():
+            if time.monotonic() > deadline:
+                errors = "; ".join(f"{s.address}: {s.last_error}" for s in self.pool.servers)
+                raise SamplingError(f"no simulator answered for {self.stall_timeout_s:g} s ({errors})")
+            await self.pool.readmit_due()
+            if not self._up().any():
+                await asyncio.sleep(0.05)
+
+    async def _start_round(self, stats: IterationStats) -> None:
+        await self.pool.readmit_due()
+        if not self._up().any():
+            await self._wait_for_a_server(stats)
+        up = np.flatnonzero(self._up())
+        ok = await self._reset(up, batched=True, stats=stats)
+        stats.global_resets += 1
+        self.round_members[:] = False
+        self.round_members[up[ok]] = True
+        self.round_done[:] = False
+        self.round_steps = 0
+
+    def _end_round(self, row: int, recorder: RolloutRecorder, stats: IterationStats) -> None:
+        """Global truncation: every live episode is cut and bootstrapped."""
+        for s in np.flatnonzero(self.live):
+            recorder.truncate(row, int(s), next_obs=self.obs[s])
+            stats.record_episode(int(self.episode_len[s]), "cut")
+        self.live[:] = False
+
+    async def _refill(self, stats: IterationStats) -> None:
+        """sc / autoreset: reset every slot without a live episode whose server is up."""
+        if not self._up().all():
+            await self.pool.readmit_due()
+        idle = np.flatnonzero(~self.live & self._up())
+        await self._reset(idle, batched=False, stats=stats)
+        if not self.live.any():
+            await self._wait_for_a_server(stats)
+            await self._reset(np.flatnonzero(~self.live & self._up()), batched=False, stats=stats)
+
+    async def sample(self) -> tuple[dict[str, np.ndarray], IterationStats]:
+        n = self.slots.size
+        stats = IterationStats(self.mode, n)
+        space, act = self.pool.observation_space, self.pool.action_space
+        act_dtype = np.int64 if act.kind == "discrete" else np.float32
+        recorder = RolloutRecorder(n, space.shape, space.dtype, act.shape, act_dtype)
+        started = time.perf_counter()
+        if self.rounds:
+            await self._start_round(stats)
+        else:
+            await self._refill(stats)
+        last_valid, last_progress = 0, time.monotonic()
+        while True:
+            if stats.valid > last_valid:
+                last_valid, last_progress = stats.valid, time.monotonic()
+            elif time.monotonic() - last_progress > self.stall_timeout_s:
+                raise SamplingError(f"no valid step for {self.stall_timeout_s:g} s; simulators: "
+                                    + "; ".join(f"{s.address} up={s.up} {s.last_error}" for s in self.pool.servers))
+            acting = self.live & self._up()
+            if not acting.any():
+                if self.rounds:
+                    self._end_round(recorder.num_rows - 1, recorder, stats)
+                    if stats.valid >= self.samples_per_iteration:
+                        break
+                    await self._start_round(stats)
+                else:
+                    await self._refill(stats)
+                continue
+            idx = np.flatnonzero(acting)
+            t0 = time.perf_counter()
+            decision = self.runner.act(self.obs[idx])
+            stats.inference_s += time.perf_counter() - t0
+            row = recorder.add_row(acting, self.obs[idx], decision.actions, decision.logprobs, decision.values)
+            t0 = time.perf_counter()
+            result = await self.pool.step(self.slots[idx], decision.env_actions)
+            stats.step_wall_s += time.perf_counter() - t0
+            stats.step_server_s += result.server_s
+            stats.transitions += n
+
+            if result.failed.any():
+                self._fault(row, idx, result.failed, decision.values, recorder, stats)
+            ok = ~result.failed
+            done_idx = idx[ok]
+            recorder.set_outcome(row, done_idx, result.rewards[ok], result.terminated[ok])
+            stats.valid += done_idx.size
+            self.episode_len[done_idx] += 1
+            self.obs[done_idx] = result.observations[ok]
+            ended_pos = np.flatnonzero(result.terminated[ok] | result.truncated[ok])
+            for j in ended_pos:
+                s = int(done_idx[j])
+                terminated = bool(result.terminated[ok][j])
+                if not terminated:
+                    recorder.truncate(row, s, next_obs=self.obs[s])
+                summary = result.episodes.get(int(self.slots[s]))
+                stats.record_episode(int(self.episode_len[s]), "terminated" if terminated else "clip_end", summary)
+                self.live[s] = False
+            ended = done_idx[ended_pos]
+
+            if not self.rounds:
+                if stats.valid >= self.samples_per_iteration:
+                    for s in np.flatnonzero(self.live):  # rollout boundary: bootstrap, keep the episode
+                        recorder.truncate(row, int(s), next_obs=self.obs[s])
+                    break
+                await self._refill(stats)
+                continue
+
+            self.round_steps += 1
+            self.round_done[ended] = True
+            if self.mode == "sgr":
+                round_over = ended.size > 0 or not self.live.any()
+            else:
+                members = self.round_members
+                round_over = dpsa.round_ends(self.round_done[members], self.round_steps, self.alpha, self.t_max) if members.any() else True
+            if round_over:
+                self._end_round(row, recorder, stats)
+                if stats.valid >= self.samples_per_iteration:
+                    break
+                await self._start_round(stats)
+
+        t0 = time.perf_counter()
+        batch = recorder.build(self.runner.value)
+        stats.inference_s += time.perf_counter() - t0
+        stats.wall_s = time.perf_counter() - started
+        return batch, stats
+
+    def _fault(self, row: int, idx: np.ndarray, failed: np.ndarray, values: np.ndarray, recorder: RolloutRecorder, stats: IterationStats) -> None:
+        """Slots whose server failed at this row: padding from here; their open previous step is bootstrapped."""
+        for j in np.flatnonzero(failed):
+            s = int(idx[j])
+            recorder.invalidate(row, np.array([s]))
+            if row > 0 and recorder.is_open(row - 1, s):
+                # values[j] = V(obs the slot received after its previous step): the bootstrap value.
+                recorder.truncate(row - 1, s, next_value=float(values[j]))
+            if self.episode_len[s] > 0:
+                stats.record_episode(int(self.episode_len[s]), "fault")
+            self.live[s] = False
+            self.round_done[s] = True
+            stats.faults += 1

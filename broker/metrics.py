@@ -1,0 +1,79 @@
+"""Per-iteration sampling metrics, measured the same way in every mode (docs/metrics.md)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fast.v1 import simulator_pb2 as pb
+
+
+@dataclass
+class IterationStats:
+    """Counters and timers one sampler fills during one iteration."""
+
+    mode: str
+    num_slots: int
+    wall_s: float = 0.0  # sampling wall time of the iteration
+    inference_s: float = 0.0  # forward passes (actions and bootstrap values)
+    step_wall_s: float = 0.0  # awaiting Step calls on the critical path
+    step_server_s: float = 0.0  # of which the servers report as their own time
+    reset_wall_s: float = 0.0  # awaiting Reset calls on the critical path
+    reset_server_s: float = 0.0
+    transitions: int = 0  # all transitions, padding included
+    valid: int = 0  # valid transitions
+    global_resets: int = 0  # resets of every slot at once (SGR, FAST round ends)
+    slot_resets: int = 0  # slot resets, all causes
+    reset_calls: int = 0
+    faults: int = 0  # slot-steps lost to simulator faults
+    episode_lengths: list[int] = field(default_factory=list)  # every episode that ended, by any cause
+    episode_ends: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # terminated / clip_end / cut
+    episode_returns: list[float] = field(default_factory=list)  # episodes the env ended (terminated, clip end)
+    closed_loop: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+
+    def record_episode(self, length: int, cause: str, summary: pb.EpisodeSummary | None = None) -> None:
+        self.episode_lengths.append(int(length))
+        self.episode_ends[cause] += 1
+        if summary is not None:
+            self.episode_returns.append(float(summary.episode_return))
+            for name, value in summary.metrics.items():
+                if name not in ("length", "return", "clip_id"):
+                    self.closed_loop[name].append(float(value))
+
+    def summary(self) -> dict:
+        wall = max(self.wall_s, 1e-9)
+        lengths = np.array(self.episode_lengths, dtype=float)
+        step_transport = max(self.step_wall_s - self.step_server_s, 0.0)
+        reset_transport = max(self.reset_wall_s - self.reset_server_s, 0.0)
+        critical = self.step_wall_s + self.reset_wall_s
+        return {
+            "mode": self.mode,
+            "num_slots": self.num_slots,
+            "sampling_time_s": self.wall_s,
+            "transitions": self.transitions,
+            "valid_transitions": self.valid,
+            "raw_throughput": self.transitions / wall,
+            "validity": self.valid / max(self.transitions, 1),
+            "effective_throughput": self.valid / wall,
+            "time_efficiency": float(self.step_wall_s / critical) if critical > 0 else 1.0,
+            "time_split_s": {
+                "stepping": self.step_server_s,
+                "resetting": self.reset_server_s,
+                "inference": self.inference_s,
+                "transport": step_transport + reset_transport,
+                "waiting": max(self.wall_s - self.inference_s - critical, 0.0),
+            },
+            "episodes": len(self.episode_lengths),
+            "episode_ends": dict(self.episode_ends),
+            "episode_length_mean": float(lengths.mean()) if lengths.size else float("nan"),
+            "episode_lengths": self.episode_lengths,
+            "episode_return_mean": float(np.mean(self.episode_returns)) if self.episode_returns else float("nan"),
+            "global_resets": self.global_resets,
+            "global_resets_per_1k_valid": 1000.0 * self.global_resets / max(self.valid, 1),
+            "slot_resets_per_1k_valid": 1000.0 * self.slot_resets / max(self.valid, 1),
+            "reset_calls": self.reset_calls,
+            "faults": self.faults,
+            "closed_loop": {k: float(np.mean(v)) for k, v in sorted(self.closed_loop.items())},
+        }

@@ -1,0 +1,281 @@
+"""The simulator servers a broker drives, as one pool of globally numbered slots.
+
+Slots are numbered 0..N-1 across servers in the order servers joined. Every call has a
+deadline. A server whose call fails or times out is marked down: the caller learns which
+slots failed (their results are zeros and must be masked), and the server is retried with
+exponential backoff by `readmit_due`, which re-admits it when it answers Describe with the
+same spaces again. Its slots then need a Reset before they step. No wait is unbounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from dataclasses import dataclass, field
+
+import grpc
+import numpy as np
+
+from fast.spaces import SpaceSpec
+from fast.v1 import simulator_pb2 as pb
+from sim_server.client import SimulatorClient, StepStream
+
+log = logging.getLogger("fast.broker.pool")
+
+# A call that fails in any of these ways means the server is gone, stalled or broken: its
+# slots are lost for now and the server is retried. (A finished stream raises InvalidStateError.)
+_FAULTS = (grpc.RpcError, asyncio.TimeoutError, asyncio.InvalidStateError, ConnectionError, OSError)
+
+
+def resolve_addresses(spec: str) -> list[str]:
+    """`host:port` as is; `dns:///name:port` (or `dns:name:port`) to one address per IP it resolves to."""
+    if not spec.startswith("dns:"):
+        return [spec]
+    target = spec[len("dns:"):].lstrip("/")
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"simulator address {spec!r}: expected dns:///NAME:PORT")
+    infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    addresses = []
+    for family, _, _, _, sockaddr in infos:
+        ip = sockaddr[0]
+        address = f"[{ip}]:{port}" if family == socket.AF_INET6 else f"{ip}:{port}"
+        if address not in addresses:
+            addresses.append(address)
+    return addresses
+
+
+@dataclass
+class ServerHandle:
+    index: int
+    address: str
+    client: SimulatorClient
+    env_id: str
+    num_slots: int
+    slot_offset: int  # its local slot j is global slot slot_offset + j
+    up: bool = True
+    faults: int = 0
+    readmissions: int = 0
+    last_error: str = ""
+    retry_at: float = 0.0
+    backoff_s: float = 0.0
+    stream: StepStream | None = None
+
+
+@dataclass
+class PoolStep:
+    """Results of one step of k global slots, in the order asked."""
+
+    observations: np.ndarray  # [k, *obs_shape]; zeros where failed
+    rewards: np.ndarray  # [k] float32
+    terminated: np.ndarray  # [k] bool
+    truncated: np.ndarray  # [k] bool
+    failed: np.ndarray  # [k] bool: the slot's server failed; nothing of it is valid
+    episodes: dict[int, pb.EpisodeSummary] = field(default_factory=dict)  # global slot -> summary
+    server_s: float = 0.0  # slowest call's server-side time (compute + emulated + queued)
+
+
+@dataclass
+class PoolReset:
+    observations: np.ndarray  # [k, *obs_shape]; zeros where failed
+    failed: np.ndarray  # [k] bool
+    server_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class PoolTimeouts:
+    step_s: float = 5.0
+    reset_s: float = 30.0
+    describe_s: float = 5.0
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 10.0
+
+
+class SimulatorPool:
+    def __init__(self, timeouts: PoolTimeouts | None = None, *, use_stream: bool = True) -> None:
+        self.timeouts = timeouts or PoolTimeouts()
+        self.use_stream = use_stream
+        self.servers: list[ServerHandle] = []
+        self.observation_space: SpaceSpec | None = None
+        self.action_space: SpaceSpec | None = None
+        self.num_clips = 0
+        self.slot_server = np.zeros(0, dtype=np.int64)  # [N] server index of each global slot
+        self.slot_local = np.zeros(0, dtype=np.int64)  # [N] local slot id on its server
+
+    @property
+    def num_slots(self) -> int:
+        return int(self.slot_server.size)
+
+    def up_mask(self) -> np.ndarray:
+        """[N] bool: the slot's server is up."""
+        return np.array([self.servers[s].up for s in self.slot_server], dtype=bool)
+
+    async def add(self, address: str) -> ServerHandle:
+        """Connect to a server and give it the next global slot ids; its spaces must match the pool's."""
+        client = SimulatorClient(address, timeout_s=self.timeouts.describe_s)
+        try:
+            desc = await client.describe()
+        except _FAULTS as exc:
+            await client.close()
+            raise ConnectionError(f"simulator {address} did not answer Describe: {_describe_error(exc)}") from None
+        if self.observation_space is None:
+            self.observation_space, self.action_space, self.num_clips = desc.observation_space, desc.action_space, desc.num_clips
+        else:
+            problem = _mismatch(self, desc)
+            if problem:
+                await client.close()
+                raise ValueError(f"simulator {address} does not match the pool: {problem}")
+        handle = ServerHandle(len(self.servers), address, client, desc.env_id, desc.num_slots, self.num_slots)
+        self.servers.append(handle)
+        self.slot_server = np.concatenate([self.slot_server, np.full(desc.num_slots, handle.index)])
+        self.slot_local = np.concatenate([self.slot_local, np.arange(desc.num_slots)])
+        return handle
+
+    def _mark_down(self, server: ServerHandle, error: BaseException) -> None:
+        if server.stream is not None:
+            server.stream.cancel()
+            server.stream = None
+        if not server.up:
+            return
+        server.up = False
+        server.faults += 1
+        server.last_error = _describe_error(error)
+        server.backoff_s = self.timeouts.backoff_initial_s
+        server.retry_at = time.monotonic() + server.backoff_s
+        log.warning("simulator %s is down: %s", server.address, server.last_error)
+
+    async def readmit_due(self) -> list[ServerHandle]:
+        """Try the down servers whose backoff elapsed; returns those re-admitted (their slots need a Reset)."""
+        now = time.monotonic()
+        due = [s for s in self.servers if not s.up and s.retry_at <= now]
+        back = await asyncio.gather(*(self._try_readmit(s) for s in due))
+        return [s for s, ok in zip(due, back) if ok]
+
+    async def _try_readmit(self, server: ServerHandle) -> bool:
+        # A fresh channel: the old one may sit in gRPC's own reconnect backoff (up to minutes)
+        # and would fail fast even after the server came back.
+        await server.client.close()
+        server.client = SimulatorClient(server.address, timeout_s=self.timeouts.describe_s)
+        try:
+            desc = await asyncio.wait_for(server.client.describe(), self.timeouts.describe_s)
+            problem = _mismatch(self, desc) or (
+                f"it now has {desc.num_slots} slots, had {server.num_slots}" if desc.num_slots != server.num_slots else ""
+            )
+        except _FAULTS as exc:
+            problem = _describe_error(exc)
+        if problem:
+            server.last_error = problem
+            server.backoff_s = min(server.backoff_s * 2, self.timeouts.backoff_max_s)
+            server.retry_at = time.monotonic() + server.backoff_s
+            return False
+        server.up = True
+        server.readmissions += 1
+        log.warning("simulator %s re-admitted", server.address)
+        return True
+
+    def _by_server(self, slots: np.ndarray) -> dict[int, np.ndarray]:
+        """Positions into `slots`, grouped by the server of each slot."""
+        owners = self.slot_server[slots]
+        return {int(s): np.flatnonzero(owners == s) for s in np.unique(owners)}
+
+    async def step(self, slots: np.ndarray, env_actions: np.ndarray, *, unary: bool = False) -> PoolStep:
+        """Step global `slots` with `env_actions` [k, ...]: one call per server, all concurrent.
+
+        Lock-step callers use each server's StepStream (one call in flight per server); callers
+        that step slots of one server concurrently (VER) must pass unary=True.
+        """
+        k = slots.size
+        obs_space = self.observation_space
+        out = PoolStep(
+            observations=np.zeros((k, *obs_space.shape), dtype=obs_space.dtype),
+            rewards=np.zeros(k, dtype=np.float32),
+            terminated=np.zeros(k, dtype=bool),
+            truncated=np.zeros(k, dtype=bool),
+            failed=np.zeros(k, dtype=bool),
+        )
+        groups = self._by_server(slots)
+
+        async def call(server: ServerHandle, positions: np.ndarray) -> None:
+            if not server.up:
+                out.failed[positions] = True
+                return
+            local = self.slot_local[slots[positions]]
+            try:
+                if self.use_stream and not unary:
+                    if server.stream is None:
+                        server.stream = server.client.step_stream()
+                    reply = await asyncio.wait_for(server.stream.step(local, env_actions[positions]), self.timeouts.step_s)
+                else:
+                    reply = await asyncio.wait_for(server.client.step(local, env_actions[positions]), self.timeouts.step_s)
+            except _FAULTS as exc:
+                self._mark_down(server, exc)
+                out.failed[positions] = True
+                return
+            out.observations[positions] = reply.observations
+            out.rewards[positions] = reply.rewards
+            out.terminated[positions] = reply.terminated
+            out.truncated[positions] = reply.truncated
+            for episode in reply.episodes:
+                out.episodes[server.slot_offset + episode.slot_id] = episode
+            t = reply.timing
+            out.server_s = max(out.server_s, t.compute_s + t.emulated_s + t.queued_s)
+
+        await asyncio.gather(*(call(self.servers[s], pos) for s, pos in groups.items()))
+        return out
+
+    async def reset(self, slots: np.ndarray, clips: np.ndarray, seeds: np.ndarray, *, batched: bool) -> PoolReset:
+        """Reset global `slots`: one call per server when `batched`, else one call per slot, all concurrent."""
+        k = slots.size
+        obs_space = self.observation_space
+        out = PoolReset(observations=np.zeros((k, *obs_space.shape), dtype=obs_space.dtype), failed=np.zeros(k, dtype=bool))
+
+        async def call(server: ServerHandle, positions: np.ndarray) -> None:
+            if not server.up:
+                out.failed[positions] = True
+                return
+            local = self.slot_local[slots[positions]]
+            try:
+                obs, timing = await asyncio.wait_for(
+                    server.client.reset(local, clips[positions], seeds[positions]), self.timeouts.reset_s
+                )
+            except _FAULTS as exc:
+                self._mark_down(server, exc)
+                out.failed[positions] = True
+                return
+            out.observations[positions] = obs
+            out.server_s = max(out.server_s, timing.compute_s + timing.emulated_s + timing.queued_s)
+
+        calls = []
+        for s, positions in self._by_server(slots).items():
+            parts = [positions] if batched else [positions[j : j + 1] for j in range(positions.size)]
+            calls.extend(call(self.servers[s], part) for part in parts)
+        await asyncio.gather(*calls)
+        return out
+
+    async def close(self) -> None:
+        for server in self.servers:
+            if server.stream is not None:
+                server.stream.cancel()
+            await server.client.close()
+
+
+def _describe_error(exc: BaseException) -> str:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timed out"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _mismatch(pool: SimulatorPool, desc) -> str:
+    ours, theirs = pool.observation_space, desc.observation_space
+    if (ours.kind, ours.shape, ours.dtype) != (theirs.kind, theirs.shape, theirs.dtype):
+        return f"observation space {theirs.kind} {list(theirs.shape)} {theirs.dtype}, the pool's is {ours.kind} {list(ours.shape)} {ours.dtype}"
+    ours, theirs = pool.action_space, desc.action_space
+    if (ours.kind, ours.shape, ours.dtype, ours.n) != (theirs.kind, theirs.shape, theirs.dtype, theirs.n):
+        return f"action space {theirs.kind} {list(theirs.shape)} {theirs.dtype}, the pool's is {ours.kind} {list(ours.shape)} {ours.dtype}"
+    if desc.num_clips != pool.num_clips:
+        return f"catalog of {desc.num_clips} clips, the pool's has {pool.num_clips}"
+    return ""

@@ -1,0 +1,67 @@
+"""Process shell of the broker: its control API over gRPC and the run it drives.
+
+`serve` starts the control server, prints "fast broker listening on HOST:PORT", runs the
+iterations, and exits 0 when they are done (1 when the run failed). SIGTERM/SIGINT stop the
+run after the current iteration (bounded by the grace period), then the process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from broker.config import BrokerConfig
+from broker.run import BrokerRun
+from broker.servicer import BrokerServicer
+from fast.v1 import broker_pb2 as pb
+from fast.v1 import broker_pb2_grpc as pb_grpc
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Broker"].full_name
+
+
+async def create_server(run: BrokerRun, address: str) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    pb_grpc.add_BrokerServicer_to_server(BrokerServicer(run), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot bind {address}: the address is in use or invalid")
+    await server.start()
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, port, health_servicer
+
+
+async def serve(config: BrokerConfig, grace_s: float = 30.0) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    run = BrokerRun(config)
+    server, port, health_servicer = await create_server(run, f"{config.host}:{config.port}")
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    print(f"fast broker listening on {host}:{port} mode={config.mode} simulators={len(config.simulators)}", flush=True)
+    loop = asyncio.get_running_loop()
+    task = asyncio.create_task(run.run())
+
+    def on_signal() -> None:
+        run.stop()
+        loop.call_later(grace_s, task.cancel)  # an iteration stuck past the grace is cut
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        await task
+    except asyncio.CancelledError:
+        run.state, run.error = "failed", "stopped during an iteration"
+    # Linger briefly so status pollers can read the final state.
+    await asyncio.sleep(0.2)
+    await health_servicer.enter_graceful_shutdown()
+    await server.stop(1.0)
+    print(f"fast broker {run.state} after {run.iteration} iterations" + (f": {run.error}" if run.error else ""), flush=True)
+    return 0 if run.state == "done" else 1

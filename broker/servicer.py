@@ -1,0 +1,88 @@
+"""The fast.v1.Broker servicer: status and control of a run, translated to and from protos."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+
+from broker.pool import resolve_addresses
+from broker.run import BrokerRun
+from fast.v1 import broker_pb2 as pb
+from fast.v1 import broker_pb2_grpc as pb_grpc
+from sim_server.client import SimulatorClient
+
+_STATES = {
+    "starting": pb.RUN_STATE_STARTING,
+    "running": pb.RUN_STATE_RUNNING,
+    "paused": pb.RUN_STATE_PAUSED,
+    "done": pb.RUN_STATE_DONE,
+    "failed": pb.RUN_STATE_FAILED,
+}
+
+
+class BrokerServicer(pb_grpc.BrokerServicer):
+    def __init__(self, run: BrokerRun) -> None:
+        self.run = run
+
+    async def GetRunStatus(self, request, context) -> pb.GetRunStatusResponse:
+        run = self.run
+        return pb.GetRunStatusResponse(
+            state=_STATES[run.state],
+            mode=run.config.mode,
+            iteration=run.iteration,
+            iterations_total=run.config.iterations,
+            policy_version=max(run.policy_version, 0),
+            valid_steps_total=run.valid_total,
+            last_metrics_json=json.dumps(run.last_metrics, default=str) if run.last_metrics else "",
+            simulators=[
+                pb.SimulatorStatus(
+                    address=s.address, up=s.up, num_slots=s.num_slots, faults=s.faults,
+                    readmissions=s.readmissions, last_error=s.last_error,
+                )
+                for s in run.pool.servers
+            ],
+            error=run.error,
+        )
+
+    async def RegisterSimulator(self, request, context) -> pb.RegisterSimulatorResponse:
+        if not request.address:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "address is empty; give HOST:PORT of a simulator server")
+        try:
+            (address,) = resolve_addresses(request.address)[:1]
+        except (ValueError, OSError) as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"address {request.address!r}: {exc}")
+        # Check it answers and matches before queueing it, so the caller learns of problems now.
+        async with SimulatorClient(address, timeout_s=5.0) as client:
+            try:
+                desc = await client.describe()
+            except grpc.aio.AioRpcError as exc:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"simulator {address} did not answer Describe: {exc.details()}")
+        pool = self.run.pool
+        if pool.observation_space is not None:
+            if (desc.observation_space.shape, desc.action_space.shape, desc.action_space.kind) != (
+                pool.observation_space.shape, pool.action_space.shape, pool.action_space.kind
+            ):
+                await context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"simulator {address} serves {desc.env_id} with observation {list(desc.observation_space.shape)} and "
+                    f"action {desc.action_space.kind} {list(desc.action_space.shape)}; the run's spaces differ",
+                )
+        self.run.register(address)
+        return pb.RegisterSimulatorResponse(num_slots=desc.num_slots, env_id=desc.env_id)
+
+    async def Control(self, request, context) -> pb.ControlResponse:
+        run = self.run
+        if request.action == pb.CONTROL_ACTION_PAUSE:
+            if run.state in ("done", "failed"):
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"the run is {run.state}; nothing to pause")
+            run.pause()
+        elif request.action == pb.CONTROL_ACTION_RESUME:
+            if run.state in ("done", "failed"):
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"the run is {run.state}; nothing to resume")
+            run.resume()
+        elif request.action == pb.CONTROL_ACTION_STOP:
+            run.stop()
+        else:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "action is unset; use PAUSE, RESUME or STOP")
+        return pb.ControlResponse(state=_STATES[run.state])

@@ -1,0 +1,188 @@
+"""An asyncio client of the fast.v1 Learner API that speaks numpy.
+
+Used by the broker; any other client can be generated from protos/ alone. Every call has a
+deadline; errors surface as grpc.aio.AioRpcError (FAILED_PRECONDITION for a stale batch or a
+call before Initialize, INVALID_ARGUMENT for a malformed batch). Typical loop:
+
+    async with LearnerClient(address) as learner:
+        await learner.initialize(obs_space, action_space)        # SpaceSpec from the simulators
+        policy = await learner.get_policy()
+        actor_critic = policy.actor_critic()                      # a CPU ActorCritic at policy.version
+        while True:
+            arrays = sample(actor_critic)                         # RolloutBatch fields, [T, N] numpy
+            reply = await learner.submit(arrays, policy_version=policy.version)
+            policy = reply.policy                                 # the new version, weights included
+            import_weights(actor_critic, policy.weights)
+
+On FAILED_PRECONDITION from `submit` (someone else advanced the version, or the learner
+restarted from an older checkpoint), call `get_policy()` and sample again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import grpc
+import numpy as np
+
+from fast import tensor
+from fast.spaces import SpaceSpec, space_from_proto, space_to_proto
+from fast.v1 import learner_pb2 as pb
+from fast.v1 import learner_pb2_grpc as pb_grpc
+from learner.policy import ActorCritic, import_weights
+from learner.servicer import BATCH_TENSOR_FIELDS, STATS_FIELDS
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A policy version as the learner shipped it."""
+
+    version: int
+    weights: bytes  # learner.policy.export_weights bytes; b"" when the caller already held `version`
+    hidden_sizes: tuple[int, ...]
+    observation_space: SpaceSpec
+    action_space: SpaceSpec
+
+    def actor_critic(self) -> ActorCritic:
+        """A fresh CPU ActorCritic holding these weights (ValueError if weights were left out)."""
+        if not self.weights:
+            raise ValueError(f"policy version {self.version} came without weights (known_version was current)")
+        policy = ActorCritic(tuple(self.observation_space.shape), self.action_space, self.hidden_sizes)
+        import_weights(policy, self.weights)
+        return policy
+
+
+@dataclass(frozen=True)
+class SubmitReply:
+    stats: dict[str, float]  # policy_loss, value_loss, entropy, approx_kl, clip_fraction,
+    # explained_variance, grad_norm, update_time_s, num_valid, num_total
+    policy_version: int  # the version after the update
+    policy: Policy | None  # the updated policy, when submitted with return_policy=True
+
+
+@dataclass(frozen=True)
+class LearnerStatus:
+    initialized: bool
+    policy_version: int
+    device: str  # "cpu", "cuda:0", ...
+    updates_this_process: int
+    last_stats: dict[str, float] | None
+    last_checkpoint: str  # "" if none
+    stale_batches_refused: int
+
+
+def _stats(message: pb.UpdateStats) -> dict[str, float]:
+    return {name: getattr(message, name) for name in STATS_FIELDS}
+
+
+def _policy(message: pb.Policy) -> Policy:
+    return Policy(
+        version=message.version,
+        weights=message.weights,
+        hidden_sizes=tuple(message.hidden_sizes),
+        observation_space=space_from_proto(message.observation_space, field="policy.observation_space"),
+        action_space=space_from_proto(message.action_space, field="policy.action_space"),
+    )
+
+
+def batch_to_proto(arrays: Mapping[str, Any], policy_version: int) -> pb.RolloutBatch:
+    """Encode the nine RolloutBatch arrays (sent with their dtypes as given; the learner validates)."""
+    extra = set(arrays) - set(BATCH_TENSOR_FIELDS) - {"policy_version"}
+    missing = [name for name in BATCH_TENSOR_FIELDS if name not in arrays]
+    if missing or extra:
+        raise ValueError(f"submit: arrays must hold exactly {list(BATCH_TENSOR_FIELDS)}; missing {missing}, "
+                         f"unknown {sorted(extra)}")
+    if "policy_version" in arrays and int(arrays["policy_version"]) != policy_version:
+        raise ValueError(f"submit: arrays['policy_version']={arrays['policy_version']} disagrees with "
+                         f"policy_version={policy_version}")
+    return pb.RolloutBatch(
+        policy_version=policy_version,
+        **{name: tensor.to_proto(np.asarray(arrays[name])) for name in BATCH_TENSOR_FIELDS},
+    )
+
+
+class LearnerClient:
+    """numpy in, numpy/dataclasses out; one channel; `timeout_s` on every call but SubmitBatch,
+    which runs a whole PPO update and gets `update_timeout_s`."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout_s: float = 30.0,
+        update_timeout_s: float = 600.0,
+        max_message_bytes: int = 256 << 20,
+    ) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self.update_timeout_s = update_timeout_s
+        self._channel = grpc.aio.insecure_channel(
+            address,
+            options=[
+                ("grpc.max_receive_message_length", max_message_bytes),
+                ("grpc.max_send_message_length", max_message_bytes),
+            ],
+        )
+        self._stub = pb_grpc.LearnerStub(self._channel)
+
+    async def __aenter__(self) -> "LearnerClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def wait_ready(self, timeout_s: float = 10.0) -> None:
+        """Wait until the channel connects; asyncio.TimeoutError after timeout_s."""
+        await asyncio.wait_for(self._channel.channel_ready(), timeout_s)
+
+    async def initialize(self, observation_space: SpaceSpec, action_space: SpaceSpec) -> tuple[int, bool]:
+        """Set the spaces (idempotent); returns (policy_version, resumed)."""
+        r = await self._stub.Initialize(
+            pb.InitializeRequest(observation_space=space_to_proto(observation_space), action_space=space_to_proto(action_space)),
+            timeout=self.timeout_s,
+        )
+        return r.policy_version, r.resumed
+
+    async def get_policy(self, known_version: int = -1) -> Policy:
+        """The current policy; its weights are b"" when `known_version` is already current."""
+        r = await self._stub.GetPolicy(pb.GetPolicyRequest(known_version=known_version), timeout=self.timeout_s)
+        return _policy(r.policy)
+
+    async def submit(self, arrays: Mapping[str, Any], policy_version: int, *, return_policy: bool = True) -> SubmitReply:
+        """Learn from one batch sampled by `policy_version`.
+
+        `arrays` holds the RolloutBatch fields as numpy arrays laid out [T, N] (docs/smpo.md):
+        obs, actions, logprobs, values, rewards, terminated, truncated, valid_mask, bootstrap_values.
+        """
+        r = await self._stub.SubmitBatch(
+            pb.SubmitBatchRequest(batch=batch_to_proto(arrays, policy_version), return_policy=return_policy),
+            timeout=self.update_timeout_s,
+        )
+        return SubmitReply(
+            stats=_stats(r.stats),
+            policy_version=r.policy_version,
+            policy=_policy(r.policy) if r.HasField("policy") else None,
+        )
+
+    async def status(self) -> LearnerStatus:
+        r = await self._stub.GetStatus(pb.GetStatusRequest(), timeout=self.timeout_s)
+        return LearnerStatus(
+            initialized=r.initialized,
+            policy_version=r.policy_version,
+            device=r.device,
+            updates_this_process=r.updates_this_process,
+            last_stats=_stats(r.last_stats) if r.HasField("last_stats") else None,
+            last_checkpoint=r.last_checkpoint,
+            stale_batches_refused=r.stale_batches_refused,
+        )
+
+    async def save_checkpoint(self) -> tuple[Path, int]:
+        """Write a checkpoint now; returns (path on the learner's machine, policy_version)."""
+        r = await self._stub.SaveCheckpoint(pb.SaveCheckpointRequest(), timeout=self.update_timeout_s)
+        return Path(r.path), r.policy_version

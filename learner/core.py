@@ -1,0 +1,406 @@
+"""The learner service's logic without transport: spaces, versions, on-policy rule, checkpoints.
+
+`LearnerCore` owns one `PPOLearner` (policy + Adam) and the policy version: 0 after
+Initialize, +1 per accepted update, continued across restarts through checkpoints.
+
+On-policy is enforced, not assumed: a batch is accepted only if it was sampled by the current
+version; any other version is refused (FAILED_PRECONDITION) and nothing changes.
+
+Concurrency. The asyncio methods are called from the gRPC event loop; the update itself runs
+in a worker thread so the loop keeps answering GetStatus, GetPolicy and health checks while
+it trains. `_state_lock` serialises everything that reads or writes the learner's state
+(updates, checkpoints, Initialize), one at a time; GetPolicy never takes it: it returns the
+weights published (serialised once) after the last update, an immutable snapshot, so a
+reader never sees weights half-way through an optimiser step nor waits for an update.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fast.spaces import SpaceSpec
+from learner.batch import RolloutBatch
+from learner.checkpoint import Checkpoint, CheckpointError, load_latest, prune_checkpoints, save_checkpoint
+from learner.config import LearnerConfig
+from learner.device import pick_device
+from learner.errors import failed_precondition, invalid_argument
+from learner.policy import ActionSpec, ActorCritic, export_weights
+from learner.ppo import PPOLearner
+
+log = logging.getLogger("fast.learner")
+
+
+@dataclass(frozen=True)
+class PolicySnapshot:
+    """The policy at one version, as shipped to samplers."""
+
+    version: int
+    weights: bytes  # learner.policy.export_weights; b"" when the caller already holds `version`
+    hidden_sizes: tuple[int, ...]
+    observation_space: SpaceSpec
+    action_space: SpaceSpec
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    stats: dict[str, float]  # PPOLearner.update's statistics
+    policy_version: int  # the version after the update
+    policy: PolicySnapshot  # the updated policy (weights included)
+    checkpoint: Path | None  # written after this update (every K versions), else None
+
+
+@dataclass(frozen=True)
+class LearnerStatus:
+    initialized: bool
+    policy_version: int
+    device: str
+    updates_this_process: int
+    last_stats: dict[str, float] | None
+    last_checkpoint: Path | None
+    stale_batches_refused: int
+
+
+def describe_space(space: SpaceSpec) -> str:
+    if space.kind == "discrete":
+        return f"Discrete({space.n})"
+    return f"Box(shape={tuple(space.shape)}, dtype={np.dtype(space.dtype).name})"
+
+
+def spaces_equal(a: SpaceSpec, b: SpaceSpec) -> bool:
+    if (a.kind, tuple(a.shape), np.dtype(a.dtype), a.n) != (b.kind, tuple(b.shape), np.dtype(b.dtype), b.n):
+        return False
+    return all(
+        (x is None and y is None) or (x is not None and y is not None and np.array_equal(x, y, equal_nan=True))
+        for x, y in ((a.low, b.low), (a.high, b.high))
+    )
+
+
+def check_spaces(observation_space: SpaceSpec, action_space: SpaceSpec) -> ActionSpec:
+    """Refuse (INVALID_ARGUMENT) spaces the MLP actor-critic cannot serve; return the action spec."""
+    if observation_space.kind != "box" or not observation_space.shape or min(observation_space.shape) < 1:
+        raise invalid_argument(
+            f"observation_space: expected a BOX with a non-empty shape of positive sizes, got "
+            f"{describe_space(observation_space)}; send a DISCRETE observation one-hot encoded as a BOX"
+        )
+    try:
+        action_spec = ActionSpec.coerce(action_space)
+    except ValueError as error:
+        raise invalid_argument(f"action_space: {error}") from None
+    if action_space.kind == "box" and np.dtype(action_space.dtype).kind != "f":
+        raise invalid_argument(
+            f"action_space: a BOX action needs a float dtype (the policy is Gaussian), got "
+            f"{describe_space(action_space)}; use FLOAT32, or a DISCRETE space"
+        )
+    return action_spec
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda" and device.index is None:
+        return f"cuda:{torch.cuda.current_device()}"
+    return str(device)
+
+
+class LearnerCore:
+    """Initialize, GetPolicy, SubmitBatch, GetStatus and SaveCheckpoint, minus the wire."""
+
+    def __init__(self, config: LearnerConfig) -> None:
+        """Pick the device and resume from the newest readable checkpoint in config.checkpoint_dir, if any.
+
+        Raises ValueError for an absent requested device, CheckpointError when checkpoints
+        exist but none can be restored.
+        """
+        self.config = config
+        self.ppo_config = config.ppo_config()
+        self.device = pick_device(config.device)
+        self.device_name = _device_name(self.device)
+        self._state_lock = threading.Lock()  # guards the learner, the version, checkpoints
+        self._counter_lock = threading.Lock()
+        self._learner: PPOLearner | None = None
+        self._spaces: tuple[SpaceSpec, SpaceSpec] | None = None
+        self._hidden_sizes = tuple(config.hidden_sizes)
+        self._version = 0
+        self._published: PolicySnapshot | None = None
+        self._checkpointed_version: int | None = None
+        self.updates_this_process = 0
+        self.stale_batches_refused = 0
+        self.last_stats: dict[str, float] | None = None
+        self.last_checkpoint: Path | None = None
+        restored = load_latest(config.checkpoint_dir)
+        if restored is not None:
+            self._restore(restored)
+
+    # -- queries (event loop, never blocked by an update) ------------------------------------
+
+    @property
+    def initialized(self) -> bool:
+        return self._published is not None
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    def status(self) -> LearnerStatus:
+        return LearnerStatus(
+            initialized=self.initialized,
+            policy_version=self._version,
+            device=self.device_name,
+            updates_this_process=self.updates_this_process,
+            last_stats=self.last_stats,
+            last_checkpoint=self.last_checkpoint,
+            stale_batches_refused=self.stale_batches_refused,
+        )
+
+    def get_policy(self, known_version: int = -1) -> PolicySnapshot:
+        """The current policy; weights are left out (b"") when `known_version` is current."""
+        snapshot = self._require_initialized("GetPolicy")
+        return replace(snapshot, weights=b"") if known_version == snapshot.version else snapshot
+
+    # -- commands --------------------------------------------------------------------------
+
+    async def initialize(self, observation_space: SpaceSpec, action_space: SpaceSpec) -> tuple[int, bool]:
+        """Build the policy for these spaces; returns (policy_version, resumed).
+
+        Idempotent: the same spaces again (or those of a restored checkpoint) give
+        resumed=True and change nothing; other spaces are refused (FAILED_PRECONDITION).
+        """
+        return await asyncio.to_thread(self._initialize_blocking, observation_space, action_space)
+
+    async def submit(self, batch: RolloutBatch) -> UpdateResult:
+        """Run one PPO update on a batch sampled by the current version; bump the version.
+
+        Refuses (FAILED_PRECONDITION) a batch of any other version and (INVALID_ARGUMENT) a
+        batch that does not fit the spaces; a refused or failed update changes nothing.
+        """
+        self._require_initialized("SubmitBatch")
+        # Cheap early refusal on the event loop; the check that counts is repeated under the lock.
+        self._refuse_stale(batch.policy_version)
+        return await asyncio.to_thread(self._submit_blocking, batch)
+
+    async def save_checkpoint(self) -> tuple[Path, int]:
+        """Write a checkpoint now (after any update in flight); returns (path, policy_version)."""
+        self._require_initialized("SaveCheckpoint")
+        return await asyncio.to_thread(self._save_blocking)
+
+    async def close(self) -> Path | None:
+        """The final checkpoint at shutdown, if anything changed since the last one.
+
+        Takes the state lock, so an update still running in its thread (its RPC cancelled
+        by the shutdown grace) finishes first and is included.
+        """
+        return await asyncio.to_thread(self._close_blocking)
+
+    # -- worker-thread bodies (hold the state lock) ----------------------------------------
+
+    def _initialize_blocking(self, observation_space: SpaceSpec, action_space: SpaceSpec) -> tuple[int, bool]:
+        action_spec = check_spaces(observation_space, action_space)
+        if self._published is not None:
+            # Spaces never change once published: answer without waiting for an update in flight.
+            return self._confirm_spaces(observation_space, action_space)
+        with self._state_lock:
+            if self._spaces is not None:  # set by a concurrent Initialize while we waited
+                return self._confirm_spaces(observation_space, action_space)
+            with torch.random.fork_rng(devices=[]):
+                # Seeded on the CPU, then moved: the same initial weights on every device,
+                # without disturbing the process's global RNG.
+                torch.manual_seed(self.config.seed)
+                policy = ActorCritic(tuple(observation_space.shape), action_spec, self._hidden_sizes)
+            self._learner = PPOLearner(policy, self.ppo_config, device=self.device)
+            self._spaces = (observation_space, action_space)
+            self._version = 0
+            self._publish()
+            # A version-0 checkpoint records the spaces: a learner restarted before its first
+            # K updates is still initialised, with the same weights, and checks the spaces.
+            self._write_checkpoint_logged()
+            log.info("initialized: observation %s, action %s, version 0",
+                     describe_space(observation_space), describe_space(action_space))
+            return 0, False
+
+    def _confirm_spaces(self, observation_space: SpaceSpec, action_space: SpaceSpec) -> tuple[int, bool]:
+        assert self._spaces is not None
+        have_obs, have_act = self._spaces
+        if spaces_equal(have_obs, observation_space) and spaces_equal(have_act, action_space):
+            return self._version, True
+        raise failed_precondition(self._spaces_mismatch(observation_space, action_space))
+
+    def _submit_blocking(self, batch: RolloutBatch) -> UpdateResult:
+        with self._state_lock:
+            # A second submit of the same version waited here while the first one trained;
+            # it is stale now and must not be learnt from.
+            self._refuse_stale(batch.policy_version)
+            self._check_batch(batch)
+            learner = self._learner
+            assert learner is not None
+            # PPOLearner.update can fail after some minibatch steps (a non-finite gradient);
+            # rolling back keeps "a refused batch changes nothing" true.
+            backup = copy.deepcopy(learner.state_dict())
+            try:
+                stats = learner.update(batch)
+            except BaseException as error:
+                learner.load_state_dict(backup)
+                if isinstance(error, (ValueError, FloatingPointError)):
+                    raise invalid_argument(
+                        f"batch: the update failed and was rolled back, the policy stays at version "
+                        f"{self._version}: {error}"
+                    ) from None
+                raise
+            self._version += 1
+            self.updates_this_process += 1
+            self.last_stats = stats
+            policy = self._publish()
+            checkpoint = None
+            if self._version % self.config.checkpoint_every == 0:
+                checkpoint = self._write_checkpoint_logged()
+            return UpdateResult(stats=stats, policy_version=self._version, policy=policy, checkpoint=checkpoint)
+
+    def _save_blocking(self) -> tuple[Path, int]:
+        with self._state_lock:
+            return self._write_checkpoint(), self._version
+
+    def _close_blocking(self) -> Path | None:
+        with self._state_lock:
+            if self._learner is None or self._checkpointed_version == self._version:
+                return None
+            return self._write_checkpoint()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _require_initialized(self, call: str) -> PolicySnapshot:
+        snapshot = self._published
+        if snapshot is None:
+            raise failed_precondition(
+                f"{call} before Initialize: the learner has no policy yet; call Initialize with the "
+                "simulators' observation and action spaces first"
+            )
+        return snapshot
+
+    def _refuse_stale(self, batch_version: int) -> None:
+        current = self._version
+        if batch_version != current:
+            with self._counter_lock:
+                self.stale_batches_refused += 1
+            raise failed_precondition(
+                f"batch.policy_version is {batch_version} but the current policy version is {current}; "
+                f"on-policy learning only accepts batches sampled by version {current}: fetch it with "
+                "GetPolicy, sample again and resubmit"
+            )
+
+    def _check_batch(self, batch: RolloutBatch) -> None:
+        """Shapes and dtypes against the spaces, before any state is touched."""
+        assert self._spaces is not None
+        observation_space, action_space = self._spaces
+        action_shape = tuple(action_space.shape) if action_space.kind == "box" else ()
+        try:
+            batch.validate(obs_shape=tuple(observation_space.shape), action_shape=action_shape)
+        except ValueError as error:
+            raise invalid_argument(f"{error} (spaces: observation {describe_space(observation_space)}, "
+                                   f"action {describe_space(action_space)})") from None
+        if action_space.kind == "box" and not batch.actions.is_floating_point():
+            raise invalid_argument(
+                f"RolloutBatch.actions: the action space is {describe_space(action_space)}, so actions must be "
+                f"float, got {batch.actions.dtype}; send FLOAT32"
+            )
+        if action_space.kind == "discrete":
+            if batch.actions.dtype != torch.int64:
+                raise invalid_argument(
+                    f"RolloutBatch.actions: the action space is {describe_space(action_space)}, so actions must be "
+                    f"int64, got {batch.actions.dtype}; send INT64"
+                )
+            taken = batch.actions[batch.valid_mask]
+            if bool(((taken < 0) | (taken >= action_space.n)).any()):
+                raise invalid_argument(
+                    f"RolloutBatch.actions: valid actions must lie in [0, {action_space.n}), got "
+                    f"[{int(taken.min())}, {int(taken.max())}]"
+                )
+        if batch.num_valid == 0:
+            raise invalid_argument("RolloutBatch.valid_mask: no valid transition; a batch needs at least one valid step")
+
+    def _spaces_mismatch(self, observation_space: SpaceSpec, action_space: SpaceSpec) -> str:
+        assert self._spaces is not None
+        have_obs, have_act = self._spaces
+        parts = []
+        for name, have, got in (("observation_space", have_obs, observation_space), ("action_space", have_act, action_space)):
+            if not spaces_equal(have, got):
+                have_text, got_text = describe_space(have), describe_space(got)
+                if have_text == got_text:
+                    got_text += " with other bounds"
+                parts.append(f"{name} is {got_text} but the learner's is {have_text}")
+        return (
+            f"Initialize with other spaces: {'; '.join(parts)} (policy version {self._version}, checkpoints in "
+            f"{self.config.checkpoint_dir}); initialize with the learner's spaces, or start a learner on "
+            "another --checkpoint-dir for a new run"
+        )
+
+    def _publish(self) -> PolicySnapshot:
+        assert self._learner is not None and self._spaces is not None
+        snapshot = PolicySnapshot(
+            version=self._version,
+            weights=export_weights(self._learner.policy),
+            hidden_sizes=self._hidden_sizes,
+            observation_space=self._spaces[0],
+            action_space=self._spaces[1],
+        )
+        self._published = snapshot
+        return snapshot
+
+    def _write_checkpoint(self) -> Path:
+        assert self._learner is not None and self._spaces is not None
+        checkpoint = Checkpoint(
+            policy_version=self._version,
+            observation_space=self._spaces[0],
+            action_space=self._spaces[1],
+            hidden_sizes=self._hidden_sizes,
+            learner_state=self._learner.state_dict(),
+            config={**self.config.model_dump(mode="json"), "device": self.device_name, "torch": str(torch.__version__)},
+        )
+        path = save_checkpoint(self.config.checkpoint_dir, checkpoint)
+        prune_checkpoints(self.config.checkpoint_dir, self.config.keep_checkpoints)
+        self.last_checkpoint = path
+        self._checkpointed_version = self._version
+        return path
+
+    def _write_checkpoint_logged(self) -> Path | None:
+        # A periodic checkpoint that fails (disk full) must not fail the update that already
+        # happened: the version moved on. It is logged, and the next one tries again.
+        try:
+            return self._write_checkpoint()
+        except Exception as error:
+            log.error("checkpoint at version %d failed: %s: %s", self._version, type(error).__name__, error)
+            return None
+
+    def _restore(self, checkpoint: Checkpoint) -> None:
+        try:
+            action_spec = check_spaces(checkpoint.observation_space, checkpoint.action_space)
+        except Exception as error:
+            raise CheckpointError(f"checkpoint {checkpoint.path}: {error}") from None
+        if checkpoint.hidden_sizes != self._hidden_sizes:
+            log.warning("checkpoint %s has hidden sizes %s, the config %s; using the checkpoint's (its weights "
+                        "fit only those)", checkpoint.path, list(checkpoint.hidden_sizes), list(self._hidden_sizes))
+        policy = ActorCritic(tuple(checkpoint.observation_space.shape), action_spec, checkpoint.hidden_sizes)
+        learner = PPOLearner(policy, self.ppo_config, device=self.device)
+        try:
+            learner.load_state_dict(checkpoint.learner_state)
+        except Exception as error:
+            raise CheckpointError(
+                f"checkpoint {checkpoint.path} does not fit its own spaces and hidden sizes "
+                f"({type(error).__name__}: {error})"
+            ) from None
+        # Adam's state_dict carries the learning rate it was saved with; the configured one
+        # wins, so an operator can change lr across a restart.
+        for group in learner.optimizer.param_groups:
+            group["lr"] = self.ppo_config.lr
+        self._learner = learner
+        self._spaces = (checkpoint.observation_space, checkpoint.action_space)
+        self._hidden_sizes = checkpoint.hidden_sizes
+        self._version = checkpoint.policy_version
+        self._publish()
+        self.last_checkpoint = checkpoint.path
+        self._checkpointed_version = checkpoint.policy_version
+        log.info("resumed from %s at policy version %d", checkpoint.path, checkpoint.policy_version)

@@ -1,0 +1,79 @@
+"""Process shell of the learner: gRPC server, health, reflection, signals, final checkpoint.
+
+`create_server` builds and starts a server for a `LearnerCore` on an address (port 0 picks a
+free one) and returns it with the bound port; `serve` runs one until SIGTERM or SIGINT, then
+drains in-flight calls for `grace_s`, writes a final checkpoint and returns (the process exits 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from fast.v1 import learner_pb2 as pb
+from fast.v1 import learner_pb2_grpc as pb_grpc
+from learner.config import LearnerConfig
+from learner.core import LearnerCore
+from learner.servicer import LearnerServicer
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Learner"].full_name
+
+
+async def create_server(
+    core: LearnerCore, address: str, *, max_message_bytes: int = 256 << 20
+) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    pb_grpc.add_LearnerServicer_to_server(LearnerServicer(core), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot bind {address}: the address is in use or invalid")
+    await server.start()
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, port, health_servicer
+
+
+async def serve(config: LearnerConfig) -> None:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="fast learner: %(levelname)s %(message)s")
+    # Resuming (reading the newest checkpoint) happens before binding: a learner that
+    # listens already knows its version.
+    core = LearnerCore(config)
+    address = f"{config.host}:{config.port}"
+    server, port, health_servicer = await create_server(core, address, max_message_bytes=config.max_message_bytes)
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    # Tests and `fast train` read the bound address from this line.
+    print(f"fast learner listening on {host}:{port} device={core.device_name} version={core.policy_version} "
+          f"initialized={str(core.initialized).lower()} checkpoint_dir={config.checkpoint_dir}", flush=True)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    print(f"fast learner draining (up to {config.grace_s:g} s)", file=sys.stderr, flush=True)
+    await health_servicer.enter_graceful_shutdown()
+    await server.stop(config.grace_s)
+    final = await core.close()
+    if final is not None:
+        message = f"final checkpoint {final} version={core.policy_version}"
+    elif core.initialized:
+        message = f"stopped at version {core.policy_version}, which the latest checkpoint already holds"
+    else:
+        message = "stopped before Initialize; nothing to checkpoint"
+    print(f"fast learner {message}", file=sys.stderr, flush=True)

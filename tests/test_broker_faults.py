@@ -1,0 +1,129 @@
+"""Faults over real processes: a simulator server killed mid-round, a learner killed mid-run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import time
+
+import grpc
+import numpy as np
+import torch
+
+from broker.dealer import ClipDealer
+from broker.lockstep import LockstepSampler
+from broker.policy_runner import PolicyRunner
+from broker.pool import PoolTimeouts, SimulatorPool
+from fast.processes import start_service
+from fast.v1 import broker_pb2, broker_pb2_grpc
+from learner.batch import RolloutBatch
+from learner.policy import ActorCritic
+from learner.ppo import PPOConfig, PPOLearner
+
+
+def _port(address: str) -> str:
+    return address.rsplit(":", 1)[1]
+
+
+def test_killed_simulator_masks_its_slots_and_is_readmitted() -> None:
+    sim_args = ["sim-server", "--slots", "3", "--step-latency-s", "0.003"]
+    a = start_service("sim-a", [*sim_args, "--port", "0"])
+    b = start_service("sim-b", [*sim_args, "--port", "0"])
+    restarted = []
+    try:
+        async def go():
+            pool = SimulatorPool(PoolTimeouts(step_s=2.0, reset_s=5.0, describe_s=1.0, backoff_initial_s=0.1, backoff_max_s=0.3))
+            await pool.add(a.address)
+            await pool.add(b.address)
+            runner = PolicyRunner(pool.observation_space, pool.action_space, (16,), seed=0)
+            sampler = LockstepSampler(pool, runner, ClipDealer(pool.num_clips, holdout_every=10, seed=0), mode="fast",
+                                      samples_per_iteration=400, alpha=1.0, t_max=30)
+
+            async def kill_b_soon():
+                await asyncio.sleep(0.3)
+                b.kill()
+
+            killer = asyncio.create_task(kill_b_soon())
+            first = await sampler.sample()
+            await killer
+            restarted.append(start_service("sim-b2", [*sim_args, "--port", _port(b.address)]))
+            await asyncio.sleep(0.5)  # past b's backoff
+            second = await sampler.sample()
+            server_b = pool.servers[1]
+            await pool.close()
+            return first, second, server_b, pool.action_space
+
+        (batch, stats), (batch2, stats2), server_b, action_space = asyncio.run(asyncio.wait_for(go(), 120))
+    finally:
+        for service in [a, b, *restarted]:
+            service.stop()
+
+    rb = RolloutBatch.from_numpy({**batch, "policy_version": 0})
+    rb.validate()
+    valid = rb.valid_mask.numpy()
+    b_cols = slice(3, 6)
+    assert stats.faults >= 1
+    # From the kill step on, nothing of b's slots is valid; a's slots carry on.
+    kill_row = int(np.flatnonzero(~valid[:, b_cols].any(axis=1) & valid[:, :3].any(axis=1))[0])
+    assert not valid[kill_row:, b_cols].any()
+    assert valid[kill_row:, :3].any()
+    assert valid[:kill_row, b_cols].any()
+    # The step before the fault is bootstrapped where the episode was still open.
+    before = rb.truncated[kill_row - 1, 3:6] | rb.terminated[kill_row - 1, 3:6] | ~rb.valid_mask[kill_row - 1, 3:6]
+    assert before.all()
+    for name in ("obs", "rewards", "values", "logprobs", "bootstrap_values"):
+        assert torch.isfinite(getattr(rb, name)[rb.valid_mask]).all(), name
+    # The update on this batch is finite.
+    policy = ActorCritic((rb.obs.shape[-1],), action_space, (16,))
+    update = PPOLearner(policy, PPOConfig(update_epochs=1, num_minibatches=2), device="cpu").update(rb)
+    assert all(np.isfinite(update[k]) for k in ("policy_loss", "value_loss", "grad_norm"))
+    # After the restart, b is re-admitted and its slots sample again.
+    assert server_b.up and server_b.readmissions == 1 and server_b.faults == 1
+    assert batch2["valid_mask"][:, b_cols].any() and stats2.faults == 0
+
+
+def test_killed_learner_resumes_from_checkpoint_and_broker_continues(tmp_path) -> None:
+    sims = [start_service(f"sim-{i}", ["sim-server", "--slots", "2", "--port", "0"]) for i in range(2)]
+    learner_args = ["learner", "--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-every", "1",
+                    "--update-epochs", "1", "--num-minibatches", "2"]
+    learner = start_service("learner", [*learner_args, "--port", "0"])
+    learner2 = None
+    broker = subprocess.Popen(
+        [sys.executable, "-m", "fast", "broker", "--simulators", ",".join(s.address for s in sims), "--learner", learner.address,
+         "--mode", "fast", "--iterations", "6", "--samples-per-iteration", "128", "--run-dir", str(tmp_path / "run"),
+         "--learner-wait-s", "60", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        address = None
+        deadline = time.monotonic() + 60
+        while address is None and time.monotonic() < deadline:
+            line = broker.stdout.readline()
+            match = re.search(r"listening on (\S+)", line)
+            address = match.group(1) if match else None
+        assert address, "broker did not start"
+        with grpc.insecure_channel(address) as channel:
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            while stub.GetRunStatus(broker_pb2.GetRunStatusRequest(), timeout=5).iteration < 2:
+                assert time.monotonic() < deadline and broker.poll() is None
+                time.sleep(0.05)
+            learner.kill()
+            time.sleep(1.0)  # the broker finds the learner gone and waits
+            learner2 = start_service("learner2", [*learner_args, "--port", _port(learner.address)])
+            resumed_version = int(re.search(r"version=(\d+)", " ".join(learner2.output)).group(1))
+            assert resumed_version >= 2
+        out, _ = broker.communicate(timeout=120)
+        assert broker.returncode == 0, out
+    finally:
+        if broker.poll() is None:
+            broker.kill()
+        for service in [*sims, learner, *( [learner2] if learner2 else [])]:
+            service.stop()
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["iteration"] for m in lines] == [1, 2, 3, 4, 5, 6]
+    versions = [m["policy_version"] for m in lines]
+    assert versions == sorted(versions) and versions[-1] >= resumed_version  # the version continued, never restarted at 0
+    assert all(np.isfinite(m["learner"]["policy_loss"]) for m in lines)

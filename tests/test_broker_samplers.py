@@ -1,0 +1,212 @@
+"""Sampling semantics of every mode, exact, against scripted episode lengths over real gRPC.
+
+The scripted env runs in a real `Simulator` behind a real gRPC server on a loopback port in
+this process; the samplers reach it through the broker's SimulatorPool like any server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+
+import numpy as np
+import pytest
+import torch
+
+from broker import dpsa
+from broker.dealer import ClipDealer, holdout_clips
+from broker.lockstep import LockstepSampler
+from broker.policy_runner import PolicyRunner
+from broker.pool import SimulatorPool
+from broker.recorder import RolloutRecorder
+from broker.ver import VerSampler
+from learner.batch import RolloutBatch
+from learner.gae import masked_gae
+from sim_server.cost_model import CostModel, CostModelConfig
+from sim_server.server import create_server
+from sim_server.simulator import Simulator
+
+from scripted_env import ScriptedLengthEnv
+
+
+@asynccontextmanager
+async def scripted_pool(*envs: ScriptedLengthEnv):
+    servers = []
+    pool = SimulatorPool()
+    try:
+        for env in envs:
+            server, port, _ = await create_server(Simulator(env, CostModel(CostModelConfig())), "127.0.0.1:0", env_id="scripted")
+            servers.append(server)
+            await pool.add(f"127.0.0.1:{port}")
+        runner = PolicyRunner(pool.observation_space, pool.action_space, (8,), seed=0)
+        yield pool, runner
+    finally:
+        await pool.close()
+        for server in servers:
+            await server.stop(None)
+
+
+def _sample(sampler):
+    return sampler.sample()
+
+
+def _check_batch(batch: dict) -> RolloutBatch:
+    rb = RolloutBatch.from_numpy({**batch, "policy_version": 0})
+    rb.validate()
+    adv, ret = masked_gae(rb.rewards, rb.values, rb.terminated, rb.truncated, rb.bootstrap_values, rb.valid_mask, 0.99, 0.95)
+    assert torch.isfinite(adv).all() and torch.isfinite(ret).all()
+    return rb
+
+
+# --- pure rules -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "done, steps, alpha, t_max, expected",
+    [
+        ([1, 0, 0, 0], 3, 0.5, 100, False),  # tau 0.25 < 0.5
+        ([1, 1, 0, 0], 3, 0.5, 100, True),  # tau reaches alpha exactly
+        ([1, 1, 1, 0], 3, 0.5, 100, True),
+        ([0, 0, 0, 0], 99, 0.5, 100, False),
+        ([0, 0, 0, 0], 100, 0.5, 100, True),  # t reaches t_max
+        ([1, 1, 1, 0], 5, 1.0, 100, False),  # alpha 1: wait for all
+        ([1, 1, 1, 1], 5, 1.0, 100, True),
+    ],
+)
+def test_round_ends_exactly_at_alpha_or_t_max(done, steps, alpha, t_max, expected) -> None:
+    assert dpsa.round_ends(np.array(done, bool), steps, alpha, t_max) is expected
+    assert dpsa.termination_rate(np.array(done, bool)) == sum(done) / len(done)
+
+
+def test_dealer_visits_every_training_clip_and_never_holdout() -> None:
+    dealer = ClipDealer(30, holdout_every=10, seed=3)
+    held = set(holdout_clips(30, 10).tolist())
+    assert held == {9, 19, 29}
+    first_pass, seeds = dealer.deal(27)
+    assert sorted(first_pass.tolist()) == sorted(set(range(30)) - held)
+    assert len(set(seeds.tolist())) == 27
+    again = ClipDealer(30, holdout_every=10, seed=3).deal(27)[0]
+    np.testing.assert_array_equal(first_pass, again)
+    assert not set(dealer.deal(100)[0].tolist()) & held
+    with pytest.raises(ValueError, match="holdout_every=1 leaves no training clip"):
+        ClipDealer(5, holdout_every=1, seed=0)
+
+
+def test_recorder_bootstraps_in_one_pass_and_pads_with_zeros() -> None:
+    rec = RolloutRecorder(3, (2,), np.float32, (1,), np.float32)
+    acting = np.array([True, False, True])
+    row = rec.add_row(acting, np.ones((2, 2)), np.zeros((2, 1)), np.zeros(2), np.full(2, 0.5))
+    rec.set_outcome(row, np.array([0, 2]), np.array([1.0, 2.0]), np.array([True, False]))
+    rec.truncate(row, 2, next_obs=np.array([3.0, 4.0]))
+    calls = []
+    batch = rec.build(lambda obs: calls.append(obs.copy()) or obs.sum(axis=1))
+    assert len(calls) == 1 and batch["bootstrap_values"][0, 2] == 7.0
+    assert batch["valid_mask"].tolist() == [[True, False, True]]
+    assert batch["obs"][0, 1].tolist() == [0.0, 0.0] and batch["truncated"][0].tolist() == [False, False, True]
+
+
+# --- modes over gRPC --------------------------------------------------------------------------
+
+def test_fast_pads_ended_slots_and_truncates_at_alpha() -> None:
+    async def go():
+        env = ScriptedLengthEnv([2, 5, 9, 20])
+        async with scripted_pool(env) as (pool, runner):
+            sampler = LockstepSampler(pool, runner, ClipDealer(50, holdout_every=0, seed=0), mode="fast",
+                                      samples_per_iteration=1, alpha=0.5, t_max=100)
+            batch, stats = await sampler.sample()
+            return env, batch, stats
+
+    env, batch, stats = asyncio.run(go())
+    rb = _check_batch(batch)
+    # Slot 0 ends at step 2, slot 1 at step 5: tau = 2/4 = alpha at step 5 -> one round of 5 rows.
+    assert rb.valid_mask.shape == (5, 4)
+    assert rb.valid_mask[:, 0].tolist() == [True, True, False, False, False]  # padded after termination
+    assert rb.valid_mask[:, 1:].all()
+    assert rb.terminated[1, 0] and rb.terminated[4, 1]
+    assert rb.truncated[4, 2] and rb.truncated[4, 3] and not rb.terminated[4, 2:].any()  # alive: truncated
+    assert (rb.obs[2:, 0] == 0).all()  # virtual steps carry zeros
+    assert env.reset_calls == [[0, 1, 2, 3]]  # one batched reset per server per round
+    s = stats.summary()
+    assert s["transitions"] == 20 and s["valid_transitions"] == 17 and s["global_resets"] == 1
+    assert s["episode_ends"] == {"terminated": 2, "cut": 2} and sorted(s["episode_lengths"]) == [2, 5, 5, 5]
+
+
+def test_fast_truncates_at_t_max_and_concatenates_rounds() -> None:
+    async def go():
+        env = ScriptedLengthEnv([50, 60, 70, 80])
+        async with scripted_pool(env) as (pool, runner):
+            sampler = LockstepSampler(pool, runner, ClipDealer(50, holdout_every=0, seed=0), mode="fast",
+                                      samples_per_iteration=20, alpha=0.5, t_max=3)
+            return env, *(await sampler.sample())
+
+    env, batch, stats = asyncio.run(go())
+    rb = _check_batch(batch)
+    assert rb.valid_mask.shape == (6, 4) and rb.valid_mask.all()  # two rounds of t_max = 3
+    assert rb.truncated[2].all() and rb.truncated[5].all() and not rb.truncated[[0, 1, 3, 4]].any()
+    assert env.reset_calls == [[0, 1, 2, 3], [0, 1, 2, 3]] and stats.global_resets == 2
+
+
+def test_sgr_resets_every_slot_on_first_termination() -> None:
+    async def go():
+        env = ScriptedLengthEnv([3, 7, 9, 20])
+        async with scripted_pool(env) as (pool, runner):
+            sampler = LockstepSampler(pool, runner, ClipDealer(50, holdout_every=0, seed=0), mode="sgr", samples_per_iteration=20)
+            return env, *(await sampler.sample())
+
+    env, batch, stats = asyncio.run(go())
+    rb = _check_batch(batch)
+    assert rb.valid_mask.shape == (6, 4) and rb.valid_mask.all()  # rounds of min length 3, no padding
+    assert rb.terminated[2, 0] and rb.terminated[5, 0]
+    assert rb.truncated[2, 1:].all() and rb.truncated[5, 1:].all()
+    assert env.reset_calls == [[0, 1, 2, 3]] * 2 and stats.summary()["episode_length_mean"] == 3.0
+
+
+def test_autoreset_resets_ended_slot_alone_within_the_step() -> None:
+    async def go():
+        env = ScriptedLengthEnv([2, 100, 100], truncating=(0,))
+        async with scripted_pool(env) as (pool, runner):
+            sampler = LockstepSampler(pool, runner, ClipDealer(50, holdout_every=0, seed=0), mode="autoreset", samples_per_iteration=15)
+            first = await sampler.sample()
+            resets_in_first = list(env.reset_calls)
+            second = await sampler.sample()
+            return resets_in_first, first, second
+
+    reset_calls, (batch, stats), (batch2, _) = asyncio.run(go())
+    rb = _check_batch(batch)
+    assert rb.valid_mask.shape == (5, 3) and rb.valid_mask.all()
+    assert rb.truncated[[1, 3], 0].all()  # slot 0's clip ends every 2 steps: truncated, bootstrapped
+    assert rb.truncated[4].all()  # the rollout boundary bootstraps every live episode
+    assert reset_calls == [[0], [1], [2], [0], [0]]  # initial resets, then slot 0 on its own
+    assert stats.global_resets == 0 and stats.slot_resets == 5
+    # Live episodes carry over: the next iteration starts where the last stopped (obs[0] = steps taken).
+    assert _check_batch(batch2).obs[0, 1, 0].item() == 5.0
+
+
+def test_sc_uses_one_slot() -> None:
+    async def go():
+        env = ScriptedLengthEnv([4, 4])
+        async with scripted_pool(env) as (pool, runner):
+            sampler = LockstepSampler(pool, runner, ClipDealer(50, holdout_every=0, seed=0), mode="sc", samples_per_iteration=9)
+            return env, *(await sampler.sample())
+
+    env, batch, _ = asyncio.run(go())
+    rb = _check_batch(batch)
+    assert rb.valid_mask.shape == (9, 1) and all(call == [0] for call in env.reset_calls)
+
+
+def test_ver_fills_budget_unevenly_without_padding() -> None:
+    async def go():
+        env = ScriptedLengthEnv([2, 30, 30])
+        async with scripted_pool(env) as (pool, runner):
+            sampler = VerSampler(pool, runner, ClipDealer(50, holdout_every=0, seed=0), samples_per_iteration=40)
+            return env, *(await sampler.sample())
+
+    env, batch, stats = asyncio.run(go())
+    rb = _check_batch(batch)
+    assert rb.valid_mask.shape == (40, 1) and rb.valid_mask.all()  # exactly the budget, one column
+    s = stats.summary()
+    assert s["validity"] == 1.0 and s["global_resets"] == 0
+    assert all(len(call) == 1 for call in env.reset_calls)  # every reset is a slot's own
+    assert s["episode_ends"].get("terminated", 0) >= 4  # slot 0 finished several short episodes
+    # Each segment ends terminated or truncated, so GAE never crosses from one slot to another.
+    ends = (rb.terminated | rb.truncated)[:, 0]
+    assert ends[-1] and ends.sum() >= 6
