@@ -3,10 +3,11 @@
 Actions are stored in the batch as sampled (the learner recomputes their log-probs) and sent
 to the simulators clipped to the action space's bounds, in its dtype.
 
-For Box actions the Gaussian is sampled and scored by hand rather than through
-torch.distributions: on the small batches of a lock-step step (tens of rows) building the
-distribution objects costs five times the two MLPs. tests/test_policy_runner.py checks the
-log-probs against ActorCritic.get_action_and_value.
+Inference runs in numpy on a copy of the weights made at every load: on the small batches of
+a lock-step step (tens of rows) torch's per-op overhead and torch.distributions cost several
+times the arithmetic (measured: 634 us per 10-row step through get_action_and_value, see
+tests and docs/metrics.md for the current figure). The Gaussian is sampled and scored by
+hand; tests/test_policy_runner.py checks log-probs and values against ActorCritic.
 """
 
 from __future__ import annotations
@@ -36,11 +37,12 @@ class PolicyRunner:
     def __init__(self, observation_space: SpaceSpec, action_space: SpaceSpec, hidden_sizes: tuple[int, ...], seed: int = 0) -> None:
         self.observation_space = observation_space
         self.action_space = action_space
+        torch.manual_seed(seed)
         self.policy = ActorCritic(observation_space.shape, action_space, hidden_sizes)
         self.policy.eval()
         self.version = -1
-        self._generator = torch.Generator().manual_seed(seed)
-        torch.manual_seed(seed)
+        self._rng = np.random.default_rng(seed)
+        self._snapshot_weights()
         if action_space.kind == "box":
             self._low = np.broadcast_to(action_space.low, action_space.shape).astype(np.float32)
             self._high = np.broadcast_to(action_space.high, action_space.shape).astype(np.float32)
@@ -48,44 +50,54 @@ class PolicyRunner:
     def load(self, version: int, weights: bytes) -> None:
         import_weights(self.policy, weights)
         self.version = version
+        self._snapshot_weights()
+
+    def _snapshot_weights(self) -> None:
+        """numpy copies of the MLPs ([(W^T, b), ...], tanh between layers) and the log-std."""
+        def layers(seq: torch.nn.Sequential) -> list[tuple[np.ndarray, np.ndarray]]:
+            return [(m.weight.detach().numpy().T.copy(), m.bias.detach().numpy().copy()) for m in seq if isinstance(m, torch.nn.Linear)]
+
+        self._critic = layers(self.policy.critic)
+        if self.action_space.kind == "box":
+            self._actor = layers(self.policy.actor_mean)
+            self._log_std = self.policy.actor_logstd.detach().numpy()[0].copy()  # [action_dim]
+
+    @staticmethod
+    def _forward(mlp: list[tuple[np.ndarray, np.ndarray]], x: np.ndarray) -> np.ndarray:
+        for i, (w, b) in enumerate(mlp):
+            x = x @ w + b
+            if i < len(mlp) - 1:
+                x = np.tanh(x)
+        return x
 
     @torch.no_grad()
     def act(self, obs: np.ndarray) -> Decision:
         """Sample actions for obs [k, *obs_shape] in one forward pass."""
-        x = torch.as_tensor(obs, dtype=torch.float32)
         if self.action_space.kind != "box":
-            action, logprob, _, value = self.policy.get_action_and_value(x)
-        else:
-            flat = x.flatten(start_dim=1)
-            mean = self.policy.actor_mean(flat)  # [k, action_dim]
-            log_std = self.policy.actor_logstd.expand_as(mean)
-            noise = torch.randn(mean.shape, generator=self._generator)
-            action = (mean + log_std.exp() * noise).reshape(-1, *self.action_space.shape)
-            # log N(a; mean, std) summed over independent dims, with (a - mean) / std = noise.
-            logprob = (-0.5 * noise.square() - log_std - _HALF_LOG_2PI).sum(-1)
-            value = self.policy.critic(flat).squeeze(-1)
-        actions = action.numpy()
-        return Decision(
-            actions=actions.astype(np.int64 if self.action_space.kind == "discrete" else np.float32, copy=False),
-            env_actions=self.to_env(actions),
-            logprobs=logprob.numpy().astype(np.float32, copy=False),
-            values=value.numpy().astype(np.float32, copy=False),
-        )
+            action, logprob, _, value = self.policy.get_action_and_value(torch.as_tensor(obs, dtype=torch.float32))
+            actions = action.numpy().astype(np.int64, copy=False)
+            return Decision(actions, self.to_env(actions), logprob.numpy().astype(np.float32), value.numpy().astype(np.float32))
+        flat = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+        mean = self._forward(self._actor, flat)  # [k, action_dim]
+        noise = self._rng.standard_normal(mean.shape, dtype=np.float32)
+        actions = (mean + np.exp(self._log_std) * noise).astype(np.float32).reshape(-1, *self.action_space.shape)
+        # log N(a; mean, std) summed over independent dims, with (a - mean) / std = noise.
+        logprob = (-0.5 * noise * noise - self._log_std - _HALF_LOG_2PI).sum(-1).astype(np.float32)
+        value = self._forward(self._critic, flat)[:, 0].astype(np.float32)
+        return Decision(actions=actions, env_actions=self.to_env(actions), logprobs=logprob, values=value)
 
     @torch.no_grad()
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
         """The mode of the policy (mean action / argmax), for evaluation; env-ready."""
-        flat = torch.as_tensor(obs, dtype=torch.float32).flatten(start_dim=1)
+        flat = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
         if self.action_space.kind == "box":
-            mean = self.policy.actor_mean(flat).reshape(-1, *self.action_space.shape)
-            return self.to_env(mean.numpy())
-        return self.policy.actor_logits(flat).argmax(-1).numpy().astype(np.int64)
+            return self.to_env(self._forward(self._actor, flat).reshape(-1, *self.action_space.shape).astype(np.float32))
+        return self.policy.actor_logits(torch.as_tensor(flat)).argmax(-1).numpy().astype(np.int64)
 
-    @torch.no_grad()
     def value(self, obs: np.ndarray) -> np.ndarray:
-        if len(obs) == 0:
-            return np.zeros(0, dtype=np.float32)
-        return self.policy.get_value(torch.as_tensor(obs, dtype=torch.float32)).numpy().astype(np.float32, copy=False)
+        """V(obs) for obs [k, *obs_shape]."""
+        flat = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+        return self._forward(self._critic, flat)[:, 0].astype(np.float32)
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         if self.action_space.kind == "discrete":

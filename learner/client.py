@@ -123,6 +123,10 @@ class LearnerClient:
             address,
             options=[
                 ("grpc.max_receive_message_length", max_message_bytes),
+                # Services restart (a crashed simulator, a resumed learner): reconnect within
+                # about a second instead of gRPC's default backoff of up to two minutes.
+                ("grpc.initial_reconnect_backoff_ms", 200),
+                ("grpc.max_reconnect_backoff_ms", 1000),
                 ("grpc.max_send_message_length", max_message_bytes),
             ],
         )
