@@ -150,6 +150,69 @@ def broker(
     raise typer.Exit(code=code)
 
 
+def _train_default(field: str) -> str:
+    # Shown in --help from TrainConfig itself, so the defaults live in one place (fast/train/config.py).
+    from fast.train.config import TrainConfig
+
+    # The backslash keeps rich (typer's help renderer) from reading "[default: ...]" as markup and dropping it.
+    return f" \\[default: {TrainConfig.model_fields[field].default}]"
+
+
+@app.command("train")
+def train(
+    mode: Annotated[Optional[str], typer.Option(help="sc | autoreset | sgr | ver | fast." + _train_default("mode"))] = None,
+    alpha: Annotated[Optional[float], typer.Option(help="DPSA termination-rate threshold." + _train_default("alpha"))] = None,
+    t_max: Annotated[Optional[int], typer.Option(help="DPSA round length limit." + _train_default("t_max"))] = None,
+    servers: Annotated[Optional[int], typer.Option(help="Simulator server processes." + _train_default("servers"))] = None,
+    slots: Annotated[Optional[int], typer.Option(help="Slots per simulator server." + _train_default("slots"))] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Seed of dealing, sampling, initial weights and evaluation." + _train_default("seed"))] = None,
+    iterations: Annotated[Optional[int], typer.Option(help="Training iterations." + _train_default("iterations"))] = None,
+    samples_per_iteration: Annotated[Optional[int], typer.Option(help="Valid transitions per iteration." + _train_default("samples_per_iteration"))] = None,
+    cost_preset: Annotated[Optional[str], typer.Option(help="Simulator cost model: off | calibrated | parallel | step-only." + _train_default("cost_preset"))] = None,
+    env: Annotated[Optional[str], typer.Option(help="'takeover' or 'gym:<Gymnasium id>'." + _train_default("env"))] = None,
+    lr: Annotated[Optional[float], typer.Option(help="Adam learning rate." + _train_default("lr"))] = None,
+    update_epochs: Annotated[Optional[int], typer.Option(help="PPO epochs per iteration." + _train_default("update_epochs"))] = None,
+    eval_episodes_per_clip: Annotated[Optional[int], typer.Option(help="Evaluation episodes per held-out clip; 0 skips it." + _train_default("eval_episodes_per_clip"))] = None,
+    name: Annotated[Optional[str], typer.Option(help="Run name, the directory under --runs-dir. \\[default: <mode>-<timestamp>]")] = None,
+    runs_dir: Annotated[Optional[Path], typer.Option(help="Where runs are written." + _train_default("runs_dir"))] = None,
+    config: ConfigFile = None,
+) -> None:
+    """Train on the local stack: K simulator servers, learner and broker as processes; then evaluate and report.
+
+    Writes runs/<name>/ (config.yaml, metrics.jsonl, tb/, checkpoints/, eval.json, report.md, plots).
+    Settings also come from FAST_TRAIN_<NAME> environment variables or the --config file; see docs/train.md.
+    Exits 0 when done, 1 when the run failed, 128+N when stopped by signal N.
+    """
+    from fast.train.config import ENV_PREFIX, TrainConfig
+    from fast.train.orchestrate import TrainError, train as run_training
+
+    overrides = dict(
+        mode=mode, alpha=alpha, t_max=t_max, servers=servers, slots=slots, seed=seed, iterations=iterations,
+        samples_per_iteration=samples_per_iteration, cost_preset=cost_preset, env=env, lr=lr,
+        update_epochs=update_epochs, eval_episodes_per_clip=eval_episodes_per_clip, name=name, runs_dir=runs_dir,
+    )
+    try:
+        cfg = resolve_config(TrainConfig, file=config, env_prefix=ENV_PREFIX, overrides=overrides)
+        code = run_training(cfg)
+    except (ConfigError, TrainError, OSError) as exc:
+        _fail(str(exc))
+    raise typer.Exit(code=code)
+
+
+@app.command("report")
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory, e.g. runs/fast-20260101-120000.")],
+) -> None:
+    """(Re)write RUN_DIR/report.md and its plots from the run's metrics.jsonl, eval.json and config.yaml."""
+    from fast.train.report import ReportError, write_report
+
+    try:
+        path = write_report(run_dir)
+    except ReportError as exc:
+        _fail(str(exc))
+    typer.echo(f"wrote {path}")
+
+
 @app.command("play")
 def play(
     env: Annotated[str, typer.Option(help="'takeover' or 'gym:<Gymnasium id>'.")] = "takeover",

@@ -78,3 +78,13 @@ def test_client_from_protos_alone_drives_server(tmp_path: Path) -> None:
         )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["OK", "takeover", "4", "200", "2"]
+
+
+def test_every_generated_module_imports_together() -> None:
+    """One descriptor pool holds every fast.v1 file: a name defined twice would fail here."""
+    import importlib
+
+    names = sorted(p.stem for p in (ROOT / "fast" / "v1").glob("*_pb2*.py"))
+    assert {"simulator_pb2", "learner_pb2", "broker_pb2", "tensor_pb2"} <= set(names)
+    for name in names:
+        importlib.import_module(f"fast.v1.{name}")

@@ -1,0 +1,89 @@
+"""Settings of `fast train`: flags, FAST_TRAIN_* environment variables or a YAML file (--config).
+
+Every default of the local training job lives here, in one place, so tuning a run means
+changing one table. The learner's PPO knobs carry the learner's names (learner/config.py) and
+are passed to it unchanged; the sampling knobs are the broker's (broker/config.py).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from sim_server.cost_model import PRESETS
+
+ENV_PREFIX = "FAST_TRAIN_"
+# Clip c is held out of training for evaluation when c % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
+# (broker/dealer.py); the broker is started with it and the evaluation uses the same clips.
+HOLDOUT_EVERY = 10
+# A run's name becomes a directory under runs_dir: one path component, no surprises in a shell.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class TrainConfig(BaseModel):
+    # The run and where it is written: runs_dir/name/.
+    name: str = ""  # "" -> "<mode>-<YYYYmmdd-HHMMSS>"
+    runs_dir: Path = Path("runs")
+
+    # Sampling (the broker's settings).
+    mode: Literal["sc", "autoreset", "sgr", "ver", "fast"] = "fast"
+    alpha: float = Field(0.5, gt=0.0, le=1.0)  # DPSA: truncate the round when this share of clips ended
+    t_max: int = Field(200, ge=1)  # DPSA: ... or when the round is t_max steps long
+    samples_per_iteration: int = Field(2048, ge=1)  # valid transitions per iteration (at least)
+    iterations: int = Field(60, ge=1)
+    seed: int = Field(0, ge=0)  # clip dealing, action sampling, initial weights, evaluation seeds
+
+    # Simulators: `servers` processes of `slots` slots each, all with the same workload.
+    env: str = "takeover"  # "takeover" or "gym:<Gymnasium id>"
+    servers: int = Field(2, ge=1, le=64)
+    slots: int = Field(5, ge=1, le=4096)  # per server
+    cost_preset: str = "off"  # off | calibrated | parallel | step-only (docs/cost_model.md)
+
+    # Learner (PPO), same names and meaning as learner/config.py.
+    lr: float = Field(3e-4, gt=0.0, allow_inf_nan=False)
+    update_epochs: int = Field(4, ge=1)
+    num_minibatches: int = Field(8, ge=1)
+    ent_coef: float = Field(0.0, ge=0.0, allow_inf_nan=False)
+    gamma: float = Field(0.99, ge=0.0, le=1.0)
+
+    # Evaluation at the end, on the held-out clips; 0 skips it.
+    eval_episodes_per_clip: int = Field(1, ge=0)
+
+    # Bounded waits of the orchestration itself.
+    startup_timeout_s: float = Field(120.0, gt=0.0)  # each service must print its listening line by then
+    stop_timeout_s: float = Field(40.0, gt=0.0)  # SIGTERM, then SIGKILL after this long (per process)
+
+    @field_validator("env")
+    @classmethod
+    def _known_env(cls, value: str) -> str:
+        if value != "takeover" and not (value.startswith("gym:") and len(value) > 4):
+            raise ValueError("use 'takeover' or 'gym:<registered Gymnasium id>'")
+        return value
+
+    @field_validator("cost_preset")
+    @classmethod
+    def _known_preset(cls, value: str) -> str:
+        if value not in PRESETS:
+            raise ValueError(f"use one of {', '.join(PRESETS)}")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if value and not _NAME.match(value):
+            raise ValueError("use letters, digits, '.', '_' or '-' (starting with a letter or digit), e.g. fast-alpha05")
+        return value
+
+    @model_validator(mode="after")
+    def _default_name(self) -> "TrainConfig":
+        if not self.name:
+            self.name = f"{self.mode}-{time.strftime('%Y%m%d-%H%M%S')}"
+        return self
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.runs_dir) / self.name

@@ -1,0 +1,91 @@
+"""The end-of-run evaluation of `fast train`: the final policy against a random one, on held-out clips.
+
+The final policy is fetched from the learner while it still runs (exactly the last version);
+if the learner cannot answer, the newest checkpoint in the run's checkpoint directory is used
+instead and eval.json says so. Both policies play the same (clip, seed) episodes on the run's
+own simulator servers (broker/evaluate.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from broker.dealer import holdout_clips
+from broker.evaluate import evaluate, summarize
+from broker.policy_runner import PolicyRunner
+from broker.pool import SimulatorPool
+from learner.checkpoint import CheckpointError, load_latest
+from learner.client import LearnerClient
+from learner.policy import ActorCritic, export_weights
+
+log = logging.getLogger("fast.train")
+
+
+@dataclass(frozen=True)
+class FinalPolicy:
+    version: int
+    hidden_sizes: tuple[int, ...]
+    weights: bytes  # learner.policy.export_weights bytes
+    source: str  # "learner" or the checkpoint's path
+
+
+async def fetch_final_policy(learner_address: str, checkpoint_dir: Path) -> FinalPolicy:
+    """The learner's current policy; its newest checkpoint when the learner does not answer."""
+    try:
+        async with LearnerClient(learner_address, timeout_s=15.0) as learner:
+            policy = await learner.get_policy()
+        return FinalPolicy(policy.version, tuple(policy.hidden_sizes), policy.weights, "learner")
+    except grpc.aio.AioRpcError as exc:
+        log.warning("learner %s did not give its policy (%s: %s); using the newest checkpoint",
+                    learner_address, exc.code().name, exc.details())
+    try:
+        checkpoint = load_latest(checkpoint_dir)
+    except CheckpointError as exc:
+        raise RuntimeError(f"no final policy to evaluate: {exc}") from None
+    if checkpoint is None:
+        raise RuntimeError(f"no final policy to evaluate: the learner is gone and {checkpoint_dir} holds no checkpoint")
+    policy = ActorCritic(checkpoint.observation_space.shape, checkpoint.action_space, checkpoint.hidden_sizes)
+    policy.load_state_dict(checkpoint.learner_state["policy"])
+    return FinalPolicy(checkpoint.policy_version, checkpoint.hidden_sizes, export_weights(policy), str(checkpoint.path))
+
+
+async def evaluate_run(
+    simulators: list[str],
+    learner_address: str,
+    checkpoint_dir: Path,
+    *,
+    episodes_per_clip: int,
+    holdout_every: int,
+    seed: int,
+) -> dict:
+    """Evaluate the final and a random policy on the held-out clips; the content of eval.json."""
+    started = time.perf_counter()
+    final = await fetch_final_policy(learner_address, checkpoint_dir)
+    pool = SimulatorPool()
+    try:
+        for address in simulators:
+            await pool.add(address)
+        runner = PolicyRunner(pool.observation_space, pool.action_space, final.hidden_sizes, seed=seed)
+        runner.load(final.version, final.weights)
+        clips = holdout_clips(pool.num_clips, holdout_every)
+        if clips.size == 0:
+            raise RuntimeError(f"no held-out clip among {pool.num_clips} with holdout_every={holdout_every}")
+        trained = await evaluate(pool, runner, clips, episodes_per_clip, seed)
+        random = await evaluate(pool, None, clips, episodes_per_clip, seed)
+    finally:
+        await pool.close()
+    return {
+        "policy_version": final.version,
+        "policy_source": final.source,
+        "clips": clips.tolist(),
+        "episodes_per_clip": episodes_per_clip,
+        "seed": seed,
+        "eval_time_s": time.perf_counter() - started,
+        "trained": {"summary": summarize(trained), "episodes": trained},
+        "random": {"summary": summarize(random), "episodes": random},
+    }

@@ -1,0 +1,314 @@
+"""`fast train`: the whole local stack as processes on loopback, one training run, then a report.
+
+Order of life:
+1. start K simulator servers and the learner together, then the broker once they listen;
+2. watch the broker (GetRunStatus ~2 Hz for the progress bar; metrics.jsonl to TensorBoard)
+   until it exits, or until SIGINT/SIGTERM/SIGHUP;
+3. stop the broker (it finishes its iteration), evaluate the final policy against a random one
+   on the held-out clips while the simulators and the learner still run;
+4. stop the learner (it writes a final checkpoint on SIGTERM), then the simulators;
+5. write outcome.json and report.md with its plots.
+Steps 4 and 5 run whatever happened before (try/finally), every wait is bounded, and every
+child is SIGKILLed if SIGTERM does not end it in time. A second signal skips the evaluation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+
+from fast.train import stack
+from fast.train.config import HOLDOUT_EVERY, TrainConfig
+from fast.train.monitor import BrokerStatus, MetricsTail, ProgressView, TensorBoardSink
+from fast.train.report import ReportError, write_report
+
+POLL_S = 0.5  # status polling period (~2 Hz)
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_BROKER_TAIL_LINES = 20
+
+
+class TrainError(RuntimeError):
+    """`fast train` cannot start as configured; the message says what to change."""
+
+
+class _Signals:
+    """Signals to `fast train` itself. The first asks for a graceful stop (polled by the loop);
+    a second one during the evaluation raises KeyboardInterrupt to skip it."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.escalate = False  # raise on a further signal (only where a blocking call must be cut)
+        self._previous: dict[int, object] = {}
+
+    def _handle(self, signum, frame) -> None:
+        self.received.append(signum)
+        if self.escalate and len(self.received) >= 2:
+            self.escalate = False
+            raise KeyboardInterrupt
+
+    def install(self) -> None:
+        try:
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in _STOP_SIGNALS}
+        except ValueError:  # not the main thread (train() called from a library thread): none to catch
+            self._previous = {}
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    @property
+    def first(self) -> int | None:
+        return self.received[0] if self.received else None
+
+
+def prepare_run_dir(run_dir: Path) -> None:
+    """A fresh directory: the broker appends metrics and the learner resumes from checkpoints,
+    so reusing a run's directory would silently mix two runs."""
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise TrainError(f"{run_dir} already holds a run; pick another --name, or remove the directory to start over")
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+class TrainingRun:
+    """The processes of one run and what is learnt about them; `train` drives it."""
+
+    def __init__(self, cfg: TrainConfig, console: Console, signals: _Signals) -> None:
+        self.cfg = cfg
+        self.console = console
+        self.signals = signals
+        self.run_dir = cfg.run_dir.resolve()
+        self.started_at = datetime.now(timezone.utc)
+        self.sims: list[stack.Launch] = []
+        self.learner: stack.Launch | None = None
+        self.broker: stack.Launch | None = None
+        self.addresses: dict[str, str] = {}
+        self.iterations_done = 0
+        self.broker_error = ""  # the broker's own account (GetRunStatus.error)
+        self.failure = ""  # what else ended the run (a service that died)
+        self._tail = MetricsTail(self.run_dir / "metrics.jsonl")
+        self._tb: TensorBoardSink | None = None
+
+    # -- start ---------------------------------------------------------------------------
+    def start(self) -> None:
+        cfg = self.cfg
+        deadline = time.monotonic() + cfg.startup_timeout_s
+        stopping = lambda: bool(self.signals.received)  # noqa: E731
+        for i in range(cfg.servers):
+            self.sims.append(stack.launch(f"sim-server-{i}", [
+                "sim-server", "--env", cfg.env, "--slots", str(cfg.slots), "--host", "127.0.0.1", "--port", "0",
+                "--cost-preset", cfg.cost_preset,
+            ]))
+        self.learner = stack.launch("learner", [
+            "learner", "--host", "127.0.0.1", "--port", "0", "--checkpoint-dir", str(self.run_dir / "checkpoints"),
+            "--seed", str(cfg.seed), "--lr", repr(cfg.lr), "--update-epochs", str(cfg.update_epochs),
+            "--num-minibatches", str(cfg.num_minibatches),
+        ], env={"FAST_LEARNER_GAMMA": repr(cfg.gamma), "FAST_LEARNER_ENT_COEF": repr(cfg.ent_coef)})
+        self.write_config()
+        # Importing torch and tensorboard takes seconds; done while the children start up.
+        self._tb = TensorBoardSink(self.run_dir / "tb")
+        for child in [*self.sims, self.learner]:
+            self.addresses[child.name] = stack.wait_listening(child, deadline, stopping).address
+        self.broker = stack.launch("broker", [
+            "broker", "--simulators", ",".join(self.addresses[s.name] for s in self.sims),
+            "--learner", self.addresses["learner"], "--mode", cfg.mode, "--alpha", repr(cfg.alpha),
+            "--t-max", str(cfg.t_max), "--samples-per-iteration", str(cfg.samples_per_iteration),
+            "--iterations", str(cfg.iterations), "--seed", str(cfg.seed), "--run-dir", str(self.run_dir),
+            "--host", "127.0.0.1", "--port", "0",
+        ], env={"FAST_BROKER_HOLDOUT_EVERY": str(HOLDOUT_EVERY)})
+        self.addresses["broker"] = stack.wait_listening(self.broker, deadline, stopping).address
+        self.write_config()
+
+    def children(self) -> list[stack.Launch]:
+        """Every child, in stopping order: broker, learner, simulators."""
+        return [c for c in [self.broker, self.learner, *self.sims] if c is not None]
+
+    def write_config(self) -> None:
+        """config.yaml: the resolved settings, and each process's pid, address and exact command."""
+        document = {
+            "train": self.cfg.model_dump(mode="json"),
+            "run_dir": str(self.run_dir),
+            "started_at": self.started_at.isoformat(timespec="seconds"),
+            "holdout_every": HOLDOUT_EVERY,
+            "processes": {
+                c.name: {"pid": c.process.pid, "address": self.addresses.get(c.name), "command": c.shell_line()}
+                for c in reversed(self.children())
+            },
+        }
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+
+    # -- watch ---------------------------------------------------------------------------
+    def watch(self) -> str:
+        """Follow the broker until it exits ("done" / "failed") or a signal arrives ("interrupted")."""
+        status = BrokerStatus(self.addresses["broker"])
+        last: dict | None = None
+        reported_dead: set[str] = set()
+        try:
+            with ProgressView(self.console, self.cfg.iterations, self.cfg.mode) as view:
+                while True:
+                    last = self._drain_metrics() or last
+                    reply = status.poll()
+                    if reply is not None:
+                        self.broker_error = reply.error or self.broker_error
+                        if reply.last_metrics_json and reply.iteration >= self.iterations_done:
+                            last = json.loads(reply.last_metrics_json)
+                    view.update(max(self.iterations_done, reply.iteration if reply else 0), last)
+                    if self.signals.received:
+                        return "interrupted"
+                    code = self.broker.process.poll()
+                    if code is not None:
+                        last = self._drain_metrics() or last
+                        view.update(self.iterations_done, last)
+                        return "done" if code == 0 else "failed"
+                    for sim in self.sims:
+                        if sim.process.poll() is not None and sim.name not in reported_dead:
+                            reported_dead.add(sim.name)
+                            view.note(f"{sim.name} exited with code {sim.process.returncode}; the broker carries on "
+                                      "with the other servers")
+                    if self.learner.process.poll() is not None:
+                        self.failure = f"the learner exited with code {self.learner.process.returncode}: " + \
+                            " | ".join(self.learner.lines[-10:])
+                        return "failed"
+                    time.sleep(POLL_S)
+        finally:
+            status.close()
+
+    def _drain_metrics(self) -> dict | None:
+        last = None
+        for metrics in self._tail.read_new():
+            if self._tb is not None:
+                self._tb.write(metrics)
+            self.iterations_done = max(self.iterations_done, int(metrics["iteration"]))
+            last = metrics
+        return last
+
+    # -- stop ----------------------------------------------------------------------------
+    def stop_broker(self, keep_iteration: bool) -> None:
+        """SIGTERM the broker: it finishes its iteration (bounded) when keep_iteration, else it gets
+        little time, since after a failure its iteration cannot be submitted anyway."""
+        if self.broker is not None and self.broker.process.poll() is None:
+            timeout_s = self.cfg.stop_timeout_s if keep_iteration else min(5.0, self.cfg.stop_timeout_s)
+            self.console.print(f"stopping the broker (at most {timeout_s:g} s)", highlight=False)
+            stack.stop(self.broker, timeout_s)
+        self._drain_metrics()
+
+    def stop_all(self) -> None:
+        """Broker, learner (final checkpoint), simulators; each SIGTERM then SIGKILL, bounded."""
+        for child in self.children():
+            stack.stop(child, self.cfg.stop_timeout_s)
+        self._drain_metrics()
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+    # -- evaluate ------------------------------------------------------------------------
+    def evaluate(self) -> dict:
+        from fast.train.evaluation import evaluate_run  # torch: only imported when a run gets this far
+
+        cfg = self.cfg
+        self.console.print(f"evaluating the final policy and a random one on the held-out clips "
+                           f"({cfg.eval_episodes_per_clip} episode(s) per clip; Ctrl-C again to skip)", highlight=False)
+        alive = [self.addresses[s.name] for s in self.sims if s.process.poll() is None]
+        if not alive:
+            raise RuntimeError("no simulator server is left to evaluate on")
+        result = asyncio.run(evaluate_run(
+            alive, self.addresses["learner"], self.run_dir / "checkpoints",
+            episodes_per_clip=cfg.eval_episodes_per_clip, holdout_every=HOLDOUT_EVERY, seed=cfg.seed,
+        ))
+        (self.run_dir / "eval.json").write_text(json.dumps(result, indent=1))
+        return result
+
+
+def train(cfg: TrainConfig, console: Console | None = None) -> int:
+    """Run one training job; returns the exit code (0 done, 1 failed, 128+signal if stopped)."""
+    console = console or Console(soft_wrap=True)  # log lines stay whole when not on a terminal
+    prepare_run_dir(cfg.run_dir)
+    signals = _Signals()
+    signals.install()
+    run = TrainingRun(cfg, console, signals)
+    clock = time.perf_counter()
+    timings: dict[str, float] = {}
+    outcome, error = "failed", ""
+    try:
+        console.print(f"fast train: {cfg.servers} simulator server(s) x {cfg.slots} slots, mode {cfg.mode}, "
+                      f"{cfg.iterations} iterations of {cfg.samples_per_iteration} samples -> {run.run_dir}", highlight=False)
+        run.start()
+        timings["startup_s"] = time.perf_counter() - clock
+        outcome = run.watch()
+        timings["training_s"] = time.perf_counter() - clock - timings["startup_s"]
+        if outcome == "interrupted":
+            console.print(f"{signal.Signals(signals.first).name} received: stopping", highlight=False)
+        run.stop_broker(keep_iteration=outcome != "failed")
+        if outcome == "failed":
+            error = run.failure or f"the broker failed: {run.broker_error or 'see its output'}"
+        elif len(signals.received) > 1:
+            console.print("evaluation skipped (a second signal)", highlight=False)
+        elif cfg.eval_episodes_per_clip > 0 and run.iterations_done > 0:
+            began = time.perf_counter()
+            signals.escalate = True
+            try:
+                result = run.evaluate()
+            finally:
+                signals.escalate = False
+            timings["evaluation_s"] = time.perf_counter() - began
+            _print_evaluation(console, result)
+    except stack.StartupError as exc:
+        outcome, error = ("interrupted" if signals.received else "failed"), str(exc)
+    except KeyboardInterrupt:
+        outcome = "interrupted"
+        console.print("evaluation skipped", highlight=False)
+    except Exception as exc:  # evaluation or a file write: the processes still need stopping, and the user a reason
+        outcome, error = "failed", f"{type(exc).__name__}: {exc}"
+    finally:
+        began = time.perf_counter()
+        run.stop_all()
+        timings["shutdown_s"] = time.perf_counter() - began
+        signals.restore()
+    code = {"done": 0, "failed": 1}.get(outcome, 128 + (signals.first or signal.SIGINT))
+    if outcome == "failed":
+        console.print(f"[red]fast train failed[/]: {error}", highlight=False)
+        if run.broker is not None:
+            console.print("broker's last lines:\n  " + "\n  ".join(run.broker.lines[-_BROKER_TAIL_LINES:]), highlight=False)
+    _write_outcome(run, outcome, code, error, timings, time.perf_counter() - clock)
+    try:
+        report = write_report(run.run_dir)
+        console.print(f"report: {report}", highlight=False)
+    except ReportError as exc:
+        console.print(f"no report: {exc}", highlight=False)
+    return code
+
+
+def _write_outcome(run: TrainingRun, outcome: str, code: int, error: str, timings: dict, wall_s: float) -> None:
+    document = {
+        "outcome": outcome,
+        "exit_code": code,
+        "error": error,
+        "iterations": run.iterations_done,
+        "started_at": run.started_at.isoformat(timespec="seconds"),
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "wall_clock_s": wall_s,
+        **timings,
+        "exit_codes": {c.name: c.process.returncode for c in run.children()},
+    }
+    (run.run_dir / "outcome.json").write_text(json.dumps(document, indent=1))
+
+
+def _print_evaluation(console: Console, result: dict) -> None:
+    trained, random = result["trained"]["summary"], result["random"]["summary"]
+
+    def pair(key: str) -> str:
+        a, b = trained.get(key), random.get(key)
+        return "-" if a is None or b is None else f"{a:.3f} vs {b:.3f}"
+
+    console.print(f"evaluation ({trained.get('episodes', 0)} episodes each), trained vs random: "
+                  f"return {pair('return_mean')}, collision rate {pair('collided_rate')}, length {pair('length_mean')}",
+                  highlight=False)
+
+
+__all__ = ["TrainError", "TrainingRun", "prepare_run_dir", "train"]

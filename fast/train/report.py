@@ -1,0 +1,203 @@
+"""report.md and its plots, from the files of a run directory alone (so `fast report` can redo it).
+
+Inputs: metrics.jsonl (one line per iteration, broker/run.py), and when present eval.json
+(fast/train/evaluation.py), outcome.json (fast/train/orchestrate.py) and config.yaml.
+Outputs: report.md, return.png, throughput.png, episode_lengths.png.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import yaml
+
+PLOTS = ("return.png", "throughput.png", "episode_lengths.png")
+SMOOTHING = 5  # iterations: a single iteration's return is noisy (few episodes end in it)
+
+
+class ReportError(ValueError):
+    """The run directory lacks what a report needs; the message names the file."""
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise ReportError(f"{path} does not exist; give the directory of a run (runs/<name>) that did at least one iteration")
+    raw = path.read_text().splitlines()
+    lines = []
+    for number, line in enumerate(raw, start=1):
+        if not line.strip():
+            continue
+        try:
+            lines.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            # The last line can be cut short by a killed broker; earlier ones cannot.
+            if number == len(raw):
+                break
+            raise ReportError(f"{path}:{number} is not JSON ({exc.msg})") from None
+    if not lines:
+        raise ReportError(f"{path} holds no iteration yet")
+    return lines
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def wall_clock(metrics: list[dict]) -> list[float]:
+    """Seconds since the first iteration started, at the end of each iteration."""
+    start = metrics[0]["time"] - metrics[0].get("iteration_time_s", 0.0)
+    return [m["time"] - start for m in metrics]
+
+
+def rolling_mean(values: list[float], window: int) -> list[float]:
+    """Mean of the finite values among the last `window` (an iteration without ended episodes has NaN)."""
+    out = []
+    for i in range(len(values)):
+        recent = [v for v in values[max(0, i + 1 - window) : i + 1] if math.isfinite(v)]
+        out.append(sum(recent) / len(recent) if recent else float("nan"))
+    return out
+
+
+def write_plots(run_dir: Path, metrics: list[dict]) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; no display on a server
+    import matplotlib.pyplot as plt
+
+    run_dir = Path(run_dir)
+    t = wall_clock(metrics)
+    mode = metrics[0].get("mode", "")
+    paths = []
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    returns = [_num(m.get("episode_return_mean")) for m in metrics]
+    ax.plot(t, returns, marker=".", alpha=0.5, label=f"{mode}: mean return of the iteration's episodes")
+    ax.plot(t, rolling_mean(returns, SMOOTHING), label=f"mean of the last {SMOOTHING} iterations")
+    ax.set_xlabel("wall-clock (s)")
+    ax.set_ylabel("episode return")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    paths.append(_save(fig, run_dir / "return.png"))
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(t, [_num(m.get("effective_throughput")) for m in metrics], marker=".", label="effective (valid steps / s)")
+    ax.plot(t, [_num(m.get("raw_throughput")) for m in metrics], linestyle="--", label="raw (all steps / s)")
+    ax.set_xlabel("wall-clock (s)")
+    ax.set_ylabel("sampling throughput (steps / s)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    paths.append(_save(fig, run_dir / "throughput.png"))
+
+    lengths = [n for m in metrics for n in m.get("episode_lengths") or []]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    if lengths:
+        ax.hist(lengths, bins=min(50, max(5, len(set(lengths)))))
+    ax.set_xlabel("episode length (steps), every iteration")
+    ax.set_ylabel("episodes")
+    ax.set_title(f"{len(lengths)} episodes", fontsize=9)
+    paths.append(_save(fig, run_dir / "episode_lengths.png"))
+    plt.close("all")
+    return paths
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def write_report(run_dir: Path) -> Path:
+    """Write report.md and the plots into run_dir; returns the report's path."""
+    run_dir = Path(run_dir)
+    metrics = read_metrics(run_dir)
+    write_plots(run_dir, metrics)
+    evaluation = _read_json(run_dir / "eval.json")
+    outcome = _read_json(run_dir / "outcome.json")
+    try:
+        config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        config = {}
+    train = config.get("train", {}) if isinstance(config, dict) else {}
+    first, last = metrics[0], metrics[-1]
+    t = wall_clock(metrics)
+
+    rows = [
+        ("mode", str(last.get("mode", train.get("mode", "?")))),
+        ("wall-clock, training iterations", f"{t[-1]:.1f} s"),
+    ]
+    if outcome:
+        rows.append(("wall-clock, whole run (start-up, evaluation, shutdown)", f"{outcome.get('wall_clock_s', float('nan')):.1f} s"))
+        rows.append(("outcome", f"{outcome.get('outcome')} (exit code {outcome.get('exit_code')})"))
+    planned = train.get("iterations")
+    rows += [
+        ("iterations", f"{len(metrics)}" + (f" of {planned}" if planned else "")),
+        ("valid transitions", f"{sum(m.get('valid_transitions', 0) for m in metrics):,}"),
+        ("return, first -> last iteration (training episodes)", f"{_fmt(first.get('episode_return_mean'))} -> {_fmt(last.get('episode_return_mean'))}"),
+        (f"return, mean of the first {SMOOTHING} -> last {SMOOTHING} iterations",
+         f"{_fmt(_mean_return(metrics[:SMOOTHING]))} -> {_fmt(_mean_return(metrics[-SMOOTHING:]))}"),
+    ]
+    if evaluation:
+        trained, random = evaluation["trained"]["summary"], evaluation["random"]["summary"]
+        rows += [
+            ("eval return, trained vs random", f"{_fmt(trained.get('return_mean'))} vs {_fmt(random.get('return_mean'))}"),
+            ("eval collision rate, trained vs random", f"{_fmt(trained.get('collided_rate'))} vs {_fmt(random.get('collided_rate'))}"),
+            ("eval episode length, trained vs random", f"{_fmt(trained.get('length_mean'), 1)} vs {_fmt(random.get('length_mean'), 1)}"),
+        ]
+    rows += [
+        ("validity eta, last iteration", _fmt(last.get("validity"), 3)),
+        ("time efficiency, last iteration", _fmt(last.get("time_efficiency"), 4)),
+        ("effective throughput, last iteration", f"{_fmt(last.get('effective_throughput'), 0)} valid steps/s"),
+    ]
+
+    name = train.get("name") or run_dir.name
+    lines = [f"# Training run `{name}`", "", "| | |", "| --- | --- |"]
+    lines += [f"| {label} | {value} |" for label, value in rows]
+    lines += ["", "![return against wall-clock](return.png)", "",
+              "![effective throughput against wall-clock](throughput.png)", "",
+              "![episode length histogram](episode_lengths.png)", ""]
+    if evaluation:
+        lines += _evaluation_section(evaluation)
+    if train:
+        lines += ["## Settings", "", "```yaml", yaml.safe_dump(train, sort_keys=False).rstrip(), "```", ""]
+    path = run_dir / "report.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _evaluation_section(evaluation: dict) -> list[str]:
+    trained, random = evaluation["trained"]["summary"], evaluation["random"]["summary"]
+    lines = [
+        "## Evaluation on held-out clips",
+        "",
+        f"Policy version {evaluation['policy_version']} (from {evaluation['policy_source']}), acting deterministically, "
+        f"against uniformly random actions; {len(evaluation['clips'])} held-out clips x {evaluation['episodes_per_clip']} "
+        f"episode(s), the same clips and seeds for both (seed {evaluation['seed']}).",
+        "",
+        "| metric (mean over episodes) | trained | random |",
+        "| --- | ---: | ---: |",
+    ]
+    for key in sorted((set(trained) | set(random)) - {"episodes"}):
+        lines.append(f"| {key} | {_fmt(trained.get(key), 3)} | {_fmt(random.get(key), 3)} |")
+    return lines + [""]
+
+
+def _mean_return(metrics: list[dict]) -> float:
+    values = [v for v in (_num(m.get("episode_return_mean")) for m in metrics) if math.isfinite(v)]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def _num(value) -> float:
+    return float(value) if isinstance(value, (int, float)) else float("nan")
+
+
+def _fmt(value, digits: int = 2) -> str:
+    if not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value:,.{digits}f}"

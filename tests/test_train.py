@@ -1,0 +1,252 @@
+"""`fast train` as a user runs it (a subprocess starting real processes), evaluation against a real
+simulator server, and the report from a synthetic run directory."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from broker.evaluate import EvaluationError, evaluate, evaluation_episodes, summarize
+from broker.policy_runner import PolicyRunner
+from broker.pool import SimulatorPool
+from fast.cli import app
+from fast.config import ConfigError, resolve_config
+from fast.train.config import ENV_PREFIX, TrainConfig
+from fast.train.report import PLOTS, ReportError, write_report
+from sim_server.takeover.metrics import METRIC_NAMES
+from conftest import sim_server
+
+# Tiny sizes: every mode trains 2 iterations in seconds; evaluation still plays all 20 held-out clips.
+TINY = ["--servers", "2", "--slots", "2", "--samples-per-iteration", "128", "--update-epochs", "1"]
+RUN_TIMEOUT_S = 100  # one tiny run takes ~20 s on a loaded 2-core CPU
+
+
+def fast_train(tmp_path: Path, name: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fast", "train", "--runs-dir", str(tmp_path), "--name", name, *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def finish(process: subprocess.Popen, timeout_s: float) -> tuple[int, str]:
+    try:
+        output, _ = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+        pytest.fail(f"fast train did not finish in {timeout_s} s: {output[-3000:]}")
+    return process.returncode, output
+
+
+def recorded_pids(run_dir: Path) -> dict[str, int]:
+    processes = yaml.safe_load((run_dir / "config.yaml").read_text())["processes"]
+    return {name: entry["pid"] for name, entry in processes.items()}
+
+
+def assert_all_gone(pids: dict[str, int]) -> None:
+    alive = []
+    for name, pid in pids.items():
+        try:
+            os.kill(pid, 0)
+            alive.append(f"{name} (pid {pid})")
+        except ProcessLookupError:
+            pass
+    assert not alive, f"still running after fast train exited: {', '.join(alive)}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sc", "autoreset", "sgr", "ver", "fast"])
+def test_train_writes_the_run_directory_and_stops_every_process(tmp_path: Path, mode: str) -> None:
+    code, output = finish(fast_train(tmp_path, mode, "--mode", mode, "--iterations", "2", *TINY), RUN_TIMEOUT_S)
+    assert code == 0, output[-3000:]
+    run_dir = tmp_path / mode
+
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["train"]["mode"] == mode and config["train"]["update_epochs"] == 1
+    assert sorted(config["processes"]) == ["broker", "learner", "sim-server-0", "sim-server-1"]
+    assert all(entry["address"].startswith("127.0.0.1:") for entry in config["processes"].values())
+    assert f"--mode {mode}" in config["processes"]["broker"]["command"]
+
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["iteration"] for m in lines] == [1, 2] and all(m["mode"] == mode for m in lines)
+    assert list((run_dir / "tb").glob("events.out.tfevents.*"))
+    assert list((run_dir / "checkpoints").glob("ckpt-*.pt"))
+
+    evaluation = json.loads((run_dir / "eval.json").read_text())
+    assert evaluation["policy_version"] == 2 and evaluation["policy_source"] == "learner"
+    assert len(evaluation["clips"]) == 20  # every 10th of the 200 takeover clips
+    for policy in ("trained", "random"):
+        episodes = evaluation[policy]["episodes"]
+        assert [e["clip_id"] for e in episodes] == evaluation["clips"]
+        assert 0.0 <= evaluation[policy]["summary"]["collided_rate"] <= 1.0
+
+    report = (run_dir / "report.md").read_text()
+    assert "eval collision rate, trained vs random" in report and "validity eta, last iteration" in report
+    assert all((run_dir / png).stat().st_size > 0 for png in PLOTS)
+    outcome = json.loads((run_dir / "outcome.json").read_text())
+    assert outcome["outcome"] == "done" and outcome["exit_codes"] == dict.fromkeys(recorded_pids(run_dir), 0)
+    assert_all_gone(recorded_pids(run_dir))
+
+
+@pytest.mark.slow
+def test_train_sigint_mid_run_stops_every_process(tmp_path: Path) -> None:
+    process = fast_train(tmp_path, "interrupted", "--iterations", "1000", *TINY)
+    metrics = tmp_path / "interrupted" / "metrics.jsonl"
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not (metrics.is_file() and metrics.read_text().count("\n") >= 1):
+        if process.poll() is not None or time.monotonic() > deadline:
+            finish(process, 5)
+            pytest.fail("fast train ended or stalled before its first iteration")
+        time.sleep(0.2)
+    pids = recorded_pids(tmp_path / "interrupted")
+    assert len(pids) == 4
+
+    interrupted_at = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    code, output = finish(process, 60)
+    assert time.monotonic() - interrupted_at < 60
+    assert code == 128 + signal.SIGINT, output[-3000:]
+    assert "SIGINT received: stopping" in output
+    assert_all_gone(pids)
+    outcome = json.loads((tmp_path / "interrupted" / "outcome.json").read_text())
+    assert outcome["outcome"] == "interrupted" and 1 <= outcome["iterations"] < 1000
+    # The broker finished its iteration on SIGTERM; the learner checkpointed its final version.
+    assert outcome["exit_codes"]["broker"] == 0 and outcome["exit_codes"]["learner"] == 0
+    assert (tmp_path / "interrupted" / "report.md").is_file()
+
+
+def test_train_refuses_a_used_run_directory(tmp_path: Path) -> None:
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "metrics.jsonl").write_text("")
+    result = CliRunner().invoke(app, ["train", "--runs-dir", str(tmp_path), "--name", "taken"])
+    assert result.exit_code == 2
+    assert "already holds a run; pick another --name" in result.output
+
+
+def test_train_config_defaults_and_errors() -> None:
+    cfg = resolve_config(TrainConfig, env_prefix=ENV_PREFIX, environ={}, overrides={"mode": "sgr"})
+    assert cfg.name.startswith("sgr-") and cfg.run_dir == Path("runs") / cfg.name
+    assert (cfg.servers, cfg.slots, cfg.iterations, cfg.samples_per_iteration) == (2, 5, 60, 2048)
+    env = {"FAST_TRAIN_SLOTS": "3", "FAST_TRAIN_GAMMA": "0.995"}
+    cfg = resolve_config(TrainConfig, env_prefix=ENV_PREFIX, environ=env, overrides={"slots": 4})
+    assert (cfg.slots, cfg.gamma) == (4, 0.995)  # a flag beats the environment
+    with pytest.raises(ConfigError) as error:
+        resolve_config(TrainConfig, environ={}, overrides={"mode": "async", "name": "../up", "cost_preset": "fast"})
+    message = str(error.value)
+    assert "mode='async'" in message and "name='../up'" in message and "cost_preset='fast'" in message
+    with pytest.raises(ConfigError, match="unknown setting"):
+        resolve_config(TrainConfig, environ={}, overrides={"slot": 4})
+
+
+# -- evaluate() against a real simulator server -----------------------------------------------
+
+CLIPS = np.array([9, 19, 29])
+
+
+async def _evaluate(address: str, with_policy: bool, episodes_per_clip: int = 1) -> list[dict]:
+    pool = SimulatorPool()
+    try:
+        await pool.add(address)
+        runner = PolicyRunner(pool.observation_space, pool.action_space, (64, 64), seed=0) if with_policy else None
+        return await evaluate(pool, runner, CLIPS, episodes_per_clip, seed=3)
+    finally:
+        await pool.close()
+
+
+async def _evaluate_after_server_died(server) -> None:
+    pool = SimulatorPool()
+    try:
+        await pool.add(server.address)
+        server.kill()
+        await evaluate(pool, None, CLIPS, 1, seed=3)
+    finally:
+        await pool.close()
+
+
+def test_evaluate_random_and_policy_play_every_episode_to_its_end() -> None:
+    # One slot plays the three episodes in turn, three slots at once: the same episodes either way.
+    with sim_server("--env", "takeover", "--slots", "1") as one_slot, sim_server("--env", "takeover", "--slots", "3") as three_slots:
+        random_episodes = asyncio.run(_evaluate(three_slots.address, with_policy=False))
+        one_by_one = asyncio.run(_evaluate(one_slot.address, with_policy=False))
+        policy_episodes = asyncio.run(_evaluate(three_slots.address, with_policy=True, episodes_per_clip=2))
+        with pytest.raises(EvaluationError, match=f"Reset failed on simulator server.s. {one_slot.address}"):
+            asyncio.run(_evaluate_after_server_died(one_slot))
+
+    assert [e["clip_id"] for e in random_episodes] == CLIPS.tolist()
+    clip_ids, seeds = evaluation_episodes(CLIPS, 1, seed=3)
+    assert [e["seed"] for e in random_episodes] == seeds.tolist()
+    for episode in random_episodes:
+        assert set(METRIC_NAMES) <= set(episode)  # collided, off_road and every closed-loop metric
+        assert episode["length"] >= 1 and isinstance(episode["terminated"], bool)
+        assert episode["terminated"] == bool(episode["collided"] or episode["off_road"])
+    assert random_episodes == one_by_one  # per-episode seeded actions, seeded resets
+
+    assert [e["clip_id"] for e in policy_episodes] == np.repeat(CLIPS, 2).tolist()
+    summary = summarize(policy_episodes)
+    assert summary["episodes"] == 6 and 0.0 <= summary["collided_rate"] <= 1.0
+    assert summary["length_mean"] == pytest.approx(np.mean([e["length"] for e in policy_episodes]))
+
+
+# -- the report from a synthetic run directory ------------------------------------------------
+
+def _synthetic_run(run_dir: Path, with_eval: bool = True) -> None:
+    run_dir.mkdir()
+    lines = []
+    for i in range(1, 4):
+        lines.append({
+            "iteration": i, "time": 1000.0 + 2.0 * i, "iteration_time_s": 2.0, "mode": "fast",
+            "episode_return_mean": float(i) if i != 2 else float("nan"), "effective_throughput": 900.0 + i,
+            "raw_throughput": 1000.0, "validity": 0.9, "time_efficiency": 0.995, "valid_transitions": 128,
+            "episode_lengths": [3, 40, 41, 300],
+        })
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
+    if with_eval:
+        summary = lambda ret, col: {"episodes": 2, "return_mean": ret, "collided_rate": col, "length_mean": 50.0}  # noqa: E731
+        (run_dir / "eval.json").write_text(json.dumps({
+            "policy_version": 3, "policy_source": "learner", "clips": [9, 19], "episodes_per_clip": 1, "seed": 0,
+            "trained": {"summary": summary(12.5, 0.25), "episodes": []},
+            "random": {"summary": summary(-4.0, 0.75), "episodes": []},
+        }))
+
+
+def test_report_from_synthetic_metrics(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    _synthetic_run(run_dir)
+    report = write_report(run_dir).read_text()
+    assert "| iterations | 3 |" in report
+    assert "| wall-clock, training iterations | 6.0 s |" in report  # first start 1000, last end 1006
+    assert "| return, first -> last iteration (training episodes) | 1.00 -> 3.00 |" in report
+    assert "| eval return, trained vs random | 12.50 vs -4.00 |" in report
+    assert "| eval collision rate, trained vs random | 0.25 vs 0.75 |" in report
+    assert "| validity eta, last iteration | 0.900 |" in report
+    assert "| time efficiency, last iteration | 0.9950 |" in report
+    for png in PLOTS:
+        assert (run_dir / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"]({png})" in report
+
+
+def test_report_command_regenerates_and_names_missing_files(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    _synthetic_run(run_dir, with_eval=False)
+    result = CliRunner().invoke(app, ["report", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    assert "eval return" not in (run_dir / "report.md").read_text()  # no eval.json, no eval rows
+
+    result = CliRunner().invoke(app, ["report", str(tmp_path / "nothing")])
+    assert result.exit_code == 2 and "metrics.jsonl does not exist" in result.output
+    with pytest.raises(ReportError, match="holds no iteration"):
+        (tmp_path / "empty").mkdir()
+        (tmp_path / "empty" / "metrics.jsonl").write_text("")
+        write_report(tmp_path / "empty")
