@@ -152,7 +152,8 @@ class LockstepSampler:
             elif time.monotonic() - last_progress > self.stall_timeout_s:
                 raise SamplingError(f"no valid step for {self.stall_timeout_s:g} s; simulators: "
                                     + "; ".join(f"{s.address} up={s.up} {s.last_error}" for s in self.pool.servers))
-            acting = self.live & self._up()
+            up = self._up()
+            acting = self.live & up
             if not acting.any():
                 if self.rounds:
                     self._end_round(recorder.num_rows - 1, recorder, stats)
@@ -171,7 +172,9 @@ class LockstepSampler:
             result = await self.pool.step(self.slots[idx], decision.env_actions)
             stats.step_wall_s += time.perf_counter() - t0
             stats.step_server_s += result.server_s
-            stats.transitions += n
+            # Every slot of a server that is up holds its place in the lock-step row (padding
+            # included); slots of a server that is down sample nothing and are not counted.
+            stats.transitions += int(up.sum())
 
             if result.failed.any():
                 self._fault(row, idx, result.failed, decision.values, recorder, stats)

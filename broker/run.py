@@ -205,6 +205,8 @@ class BrokerRun:
                     raise RunFailed(f"learner refused the batch: {exc.code().name}: {exc.details()}") from None
                 if time.monotonic() + delay > deadline:
                     raise RunFailed(f"learner {self.config.learner} unavailable for {self.config.learner_wait_s:g} s") from None
+                if self._stop:
+                    raise RunFailed("stopped while waiting for the learner; the last batch was not learnt from") from None
                 log.warning("learner unavailable (%s); retrying in %.1f s", exc.code().name, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)

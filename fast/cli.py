@@ -40,20 +40,20 @@ def _fail(message: str) -> None:
 
 @app.command("sim-server")
 def sim_server(
-    env: Annotated[Optional[str], typer.Option(help="'takeover' or 'gym:<Gymnasium id>'. [default: takeover]")] = None,
-    slots: Annotated[Optional[int], typer.Option(help="Number of slots. [default: 8]")] = None,
-    port: Annotated[Optional[int], typer.Option(help="Port; 0 picks a free one and prints it. [default: 0]")] = None,
-    host: Annotated[Optional[str], typer.Option(help="Address to bind. [default: 127.0.0.1]")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Catalog seed. [default: 0]")] = None,
-    num_clips: Annotated[Optional[int], typer.Option(help="Catalog size. [default: 200 takeover, 1000 gym]")] = None,
-    cost_preset: Annotated[Optional[str], typer.Option(help="off | calibrated | parallel | step-only. [default: off]")] = None,
+    env: Annotated[Optional[str], typer.Option(help="'takeover' or 'gym:<Gymnasium id>'. \\[default: takeover]")] = None,
+    slots: Annotated[Optional[int], typer.Option(help="Number of slots. \\[default: 8]")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Port; 0 picks a free one and prints it. \\[default: 0]")] = None,
+    host: Annotated[Optional[str], typer.Option(help="Address to bind. \\[default: 127.0.0.1]")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Catalog seed. \\[default: 0]")] = None,
+    num_clips: Annotated[Optional[int], typer.Option(help="Catalog size. \\[default: 200 takeover, 1000 gym]")] = None,
+    cost_preset: Annotated[Optional[str], typer.Option(help="off | calibrated | parallel | step-only. \\[default: off]")] = None,
     step_latency_s: Annotated[Optional[float], typer.Option(help="Override the preset's step latency.")] = None,
     reset_fixed_s: Annotated[Optional[float], typer.Option(help="Override the preset's fixed reset cost.")] = None,
     map_load_s: Annotated[Optional[float], typer.Option(help="Override the preset's map load cost.")] = None,
     map_load_cached_s: Annotated[Optional[float], typer.Option(help="Override the preset's cached map load cost.")] = None,
     env_kwarg: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE passed to gym.make (repeatable).")] = None,
-    max_message_bytes: Annotated[Optional[int], typer.Option(help="Largest message accepted. [default: 64 MiB]")] = None,
-    grace_s: Annotated[Optional[float], typer.Option(help="Drain time on SIGTERM. [default: 5]")] = None,
+    max_message_bytes: Annotated[Optional[int], typer.Option(help="Largest message accepted. \\[default: 64 MiB]")] = None,
+    grace_s: Annotated[Optional[float], typer.Option(help="Drain time on SIGTERM. \\[default: 5]")] = None,
     config: ConfigFile = None,
 ) -> None:
     """Serve a simulator (the built-in takeover workload or a Gymnasium env) over gRPC.
@@ -78,18 +78,18 @@ def sim_server(
 
 @app.command("learner")
 def learner(
-    port: Annotated[Optional[int], typer.Option(help="Port; 0 picks a free one and prints it. [default: 0]")] = None,
-    host: Annotated[Optional[str], typer.Option(help="Address to bind. [default: 127.0.0.1]")] = None,
-    checkpoint_dir: Annotated[Optional[Path], typer.Option(help="Where checkpoints are written and resumed from. [default: runs/learner/checkpoints]")] = None,
-    checkpoint_every: Annotated[Optional[int], typer.Option(help="Checkpoint every K policy versions. [default: 10]")] = None,
-    keep_checkpoints: Annotated[Optional[int], typer.Option(help="Newest checkpoints kept. [default: 3]")] = None,
-    device: Annotated[Optional[str], typer.Option(help="cpu | cuda | cuda:<index>. [default: CUDA when present, else CPU]")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Seeds the initial weights and the minibatch shuffling. [default: 1]")] = None,
-    lr: Annotated[Optional[float], typer.Option(help="Adam learning rate. [default: 3e-4]")] = None,
-    update_epochs: Annotated[Optional[int], typer.Option(help="PPO epochs per batch. [default: 10]")] = None,
-    num_minibatches: Annotated[Optional[int], typer.Option(help="Minibatches per epoch. [default: 32]")] = None,
-    max_message_bytes: Annotated[Optional[int], typer.Option(help="Largest message accepted. [default: 256 MiB]")] = None,
-    grace_s: Annotated[Optional[float], typer.Option(help="Drain time on SIGTERM before the final checkpoint. [default: 10]")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Port; 0 picks a free one and prints it. \\[default: 0]")] = None,
+    host: Annotated[Optional[str], typer.Option(help="Address to bind. \\[default: 127.0.0.1]")] = None,
+    checkpoint_dir: Annotated[Optional[Path], typer.Option(help="Where checkpoints are written and resumed from. \\[default: runs/learner/checkpoints]")] = None,
+    checkpoint_every: Annotated[Optional[int], typer.Option(help="Checkpoint every K policy versions. \\[default: 10]")] = None,
+    keep_checkpoints: Annotated[Optional[int], typer.Option(help="Newest checkpoints kept. \\[default: 3]")] = None,
+    device: Annotated[Optional[str], typer.Option(help="cpu | cuda | cuda:<index>. \\[default: CUDA when present, else CPU]")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Seeds the initial weights and the minibatch shuffling. \\[default: 1]")] = None,
+    lr: Annotated[Optional[float], typer.Option(help="Adam learning rate. \\[default: 3e-4]")] = None,
+    update_epochs: Annotated[Optional[int], typer.Option(help="PPO epochs per batch. \\[default: 10]")] = None,
+    num_minibatches: Annotated[Optional[int], typer.Option(help="Minibatches per epoch. \\[default: 32]")] = None,
+    max_message_bytes: Annotated[Optional[int], typer.Option(help="Largest message accepted. \\[default: 256 MiB]")] = None,
+    grace_s: Annotated[Optional[float], typer.Option(help="Drain time on SIGTERM before the final checkpoint. \\[default: 10]")] = None,
     config: ConfigFile = None,
 ) -> None:
     """Serve the learner (SMPO-PPO, policy versions, checkpoints) over gRPC.
@@ -116,17 +116,17 @@ def learner(
 def broker(
     simulators: Annotated[Optional[str], typer.Option(help="Simulator servers: HOST:PORT[,HOST:PORT...] or dns:///NAME:PORT.")] = None,
     learner: Annotated[Optional[str], typer.Option("--learner", help="Learner HOST:PORT.")] = None,
-    mode: Annotated[Optional[str], typer.Option(help="sc | autoreset | sgr | ver | fast. [default: fast]")] = None,
-    alpha: Annotated[Optional[float], typer.Option(help="DPSA termination-rate threshold. [default: 0.5]")] = None,
-    t_max: Annotated[Optional[int], typer.Option(help="DPSA round length limit. [default: 200]")] = None,
-    samples_per_iteration: Annotated[Optional[int], typer.Option(help="Valid transitions per iteration. [default: 2048]")] = None,
-    iterations: Annotated[Optional[int], typer.Option(help="Iterations; 0 runs until stopped. [default: 0]")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Seed of clip dealing and action sampling. [default: 0]")] = None,
+    mode: Annotated[Optional[str], typer.Option(help="sc | autoreset | sgr | ver | fast. \\[default: fast]")] = None,
+    alpha: Annotated[Optional[float], typer.Option(help="DPSA termination-rate threshold. \\[default: 0.5]")] = None,
+    t_max: Annotated[Optional[int], typer.Option(help="DPSA round length limit. \\[default: 200]")] = None,
+    samples_per_iteration: Annotated[Optional[int], typer.Option(help="Valid transitions per iteration. \\[default: 2048]")] = None,
+    iterations: Annotated[Optional[int], typer.Option(help="Iterations; 0 runs until stopped. \\[default: 0]")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Seed of clip dealing and action sampling. \\[default: 0]")] = None,
     run_dir: Annotated[Optional[str], typer.Option(help="Directory for metrics.jsonl.")] = None,
-    port: Annotated[Optional[int], typer.Option(help="Port of the control API; 0 picks one. [default: 0]")] = None,
-    host: Annotated[Optional[str], typer.Option(help="Address of the control API. [default: 127.0.0.1]")] = None,
-    step_timeout_s: Annotated[Optional[float], typer.Option(help="Deadline of a Step call. [default: 5]")] = None,
-    learner_wait_s: Annotated[Optional[float], typer.Option(help="How long to wait for an unavailable learner. [default: 120]")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Port of the control API; 0 picks one. \\[default: 0]")] = None,
+    host: Annotated[Optional[str], typer.Option(help="Address of the control API. \\[default: 127.0.0.1]")] = None,
+    step_timeout_s: Annotated[Optional[float], typer.Option(help="Deadline of a Step call. \\[default: 5]")] = None,
+    learner_wait_s: Annotated[Optional[float], typer.Option(help="How long to wait for an unavailable learner. \\[default: 120]")] = None,
     config: ConfigFile = None,
 ) -> None:
     """Run the rollout broker: sample with DPSA (or a baseline mode) and train through the learner.
@@ -154,7 +154,7 @@ def _train_default(field: str) -> str:
     # Shown in --help from TrainConfig itself, so the defaults live in one place (fast/train/config.py).
     from fast.train.config import TrainConfig
 
-    # The backslash keeps rich (typer's help renderer) from reading "[default: ...]" as markup and dropping it.
+    # The backslash keeps rich (typer's help renderer) from reading "\\[default: ...]" as markup and dropping it.
     return f" \\[default: {TrainConfig.model_fields[field].default}]"
 
 

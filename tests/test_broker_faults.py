@@ -66,6 +66,7 @@ def test_killed_simulator_masks_its_slots_and_is_readmitted() -> None:
     valid = rb.valid_mask.numpy()
     b_cols = slice(3, 6)
     assert stats.faults >= 1
+    assert stats.transitions < valid.size  # b's slots stop counting once b is down
     # From the kill step on, nothing of b's slots is valid; a's slots carry on.
     kill_row = int(np.flatnonzero(~valid[:, b_cols].any(axis=1) & valid[:, :3].any(axis=1))[0])
     assert not valid[kill_row:, b_cols].any()
