@@ -87,13 +87,14 @@ def test_train_writes_the_run_directory_and_stops_every_process(tmp_path: Path, 
     evaluation = json.loads((run_dir / "eval.json").read_text())
     assert evaluation["policy_version"] == 2 and evaluation["policy_source"] == "learner"
     assert len(evaluation["clips"]) == 20  # every 10th of the 200 takeover clips
-    for policy in ("trained", "random"):
+    assert evaluation["initial"]["policy_version"] == 0
+    for policy in ("trained", "initial", "random"):
         episodes = evaluation[policy]["episodes"]
         assert [e["clip_id"] for e in episodes] == evaluation["clips"]
         assert 0.0 <= evaluation[policy]["summary"]["collided_rate"] <= 1.0
 
     report = (run_dir / "report.md").read_text()
-    assert "eval collision rate, trained vs random" in report and "validity eta, last iteration" in report
+    assert "eval collision rate, trained vs initial vs random" in report and "validity eta, last iteration" in report
     assert all((run_dir / png).stat().st_size > 0 for png in PLOTS)
     outcome = json.loads((run_dir / "outcome.json").read_text())
     assert outcome["outcome"] == "done" and outcome["exit_codes"] == dict.fromkeys(recorded_pids(run_dir), 0)
@@ -218,6 +219,7 @@ def _synthetic_run(run_dir: Path, with_eval: bool = True) -> None:
             "policy_version": 3, "policy_source": "learner", "clips": [9, 19], "episodes_per_clip": 1, "seed": 0,
             "trained": {"summary": summary(12.5, 0.25), "episodes": []},
             "random": {"summary": summary(-4.0, 0.75), "episodes": []},
+            "initial": {"summary": summary(1.0, 0.5), "episodes": [], "policy_version": 0},
         }))
 
 
@@ -228,8 +230,8 @@ def test_report_from_synthetic_metrics(tmp_path: Path) -> None:
     assert "| iterations | 3 |" in report
     assert "| wall-clock, training iterations | 6.0 s |" in report  # first start 1000, last end 1006
     assert "| return, first -> last iteration (training episodes) | 1.00 -> 3.00 |" in report
-    assert "| eval return, trained vs random | 12.50 vs -4.00 |" in report
-    assert "| eval collision rate, trained vs random | 0.25 vs 0.75 |" in report
+    assert "| eval return, trained vs initial vs random | 12.50 vs 1.00 vs -4.00 |" in report
+    assert "| eval collision rate, trained vs initial vs random | 0.25 vs 0.50 vs 0.75 |" in report
     assert "| validity eta, last iteration | 0.900 |" in report
     assert "| time efficiency, last iteration | 0.9950 |" in report
     for png in PLOTS:

@@ -1,4 +1,8 @@
-"""The end-of-run evaluation of `fast train`: the final policy against a random one, on held-out clips.
+"""The end-of-run evaluation of `fast train`: the final policy against the initial one (version 0,
+before any update) and a random one, on held-out clips.
+
+The initial policy is captured before the broker starts: `fast train` initialises the learner
+itself (the broker's own Initialize is then a no-op) and keeps version 0's weights in memory.
 
 The final policy is fetched from the learner while it still runs (exactly the last version);
 if the learner cannot answer, the newest checkpoint in the run's checkpoint directory is used
@@ -34,6 +38,18 @@ class FinalPolicy:
     source: str  # "learner" or the checkpoint's path
 
 
+async def capture_initial_policy(simulator_address: str, learner_address: str) -> FinalPolicy:
+    """Initialise the learner with the simulator's spaces and take its version-0 policy."""
+    from sim_server.client import SimulatorClient
+
+    async with SimulatorClient(simulator_address, timeout_s=15.0) as simulator:
+        description = await simulator.describe()
+    async with LearnerClient(learner_address, timeout_s=15.0) as learner:
+        await learner.initialize(description.observation_space, description.action_space)
+        policy = await learner.get_policy()
+    return FinalPolicy(policy.version, tuple(policy.hidden_sizes), policy.weights, "learner (before training)")
+
+
 async def fetch_final_policy(learner_address: str, checkpoint_dir: Path) -> FinalPolicy:
     """The learner's current policy; its newest checkpoint when the learner does not answer."""
     try:
@@ -62,8 +78,9 @@ async def evaluate_run(
     episodes_per_clip: int,
     holdout_every: int,
     seed: int,
+    initial: FinalPolicy | None = None,
 ) -> dict:
-    """Evaluate the final and a random policy on the held-out clips; the content of eval.json."""
+    """Evaluate the final, the initial and a random policy on the held-out clips; the content of eval.json."""
     started = time.perf_counter()
     final = await fetch_final_policy(learner_address, checkpoint_dir)
     pool = SimulatorPool()
@@ -77,6 +94,10 @@ async def evaluate_run(
             raise RuntimeError(f"no held-out clip among {pool.num_clips} with holdout_every={holdout_every}")
         trained = await evaluate(pool, runner, clips, episodes_per_clip, seed)
         random = await evaluate(pool, None, clips, episodes_per_clip, seed)
+        untrained = None
+        if initial is not None:
+            runner.load(initial.version, initial.weights)
+            untrained = await evaluate(pool, runner, clips, episodes_per_clip, seed)
     finally:
         await pool.close()
     return {
@@ -88,4 +109,6 @@ async def evaluate_run(
         "eval_time_s": time.perf_counter() - started,
         "trained": {"summary": summarize(trained), "episodes": trained},
         "random": {"summary": summarize(random), "episodes": random},
+        **({"initial": {"summary": summarize(untrained), "episodes": untrained, "policy_version": initial.version}}
+           if untrained is not None else {}),
     }

@@ -88,6 +88,7 @@ class TrainingRun:
         self.sims: list[stack.Launch] = []
         self.learner: stack.Launch | None = None
         self.broker: stack.Launch | None = None
+        self.initial_policy = None  # version 0's weights, for the evaluation
         self.addresses: dict[str, str] = {}
         self.iterations_done = 0
         self.broker_error = ""  # the broker's own account (GetRunStatus.error)
@@ -115,6 +116,10 @@ class TrainingRun:
         self._tb = TensorBoardSink(self.run_dir / "tb")
         for child in [*self.sims, self.learner]:
             self.addresses[child.name] = stack.wait_listening(child, deadline, stopping).address
+        if cfg.eval_episodes_per_clip > 0:
+            from fast.train.evaluation import capture_initial_policy
+
+            self.initial_policy = asyncio.run(capture_initial_policy(self.addresses[self.sims[0].name], self.addresses["learner"]))
         self.broker = stack.launch("broker", [
             "broker", "--simulators", ",".join(self.addresses[s.name] for s in self.sims),
             "--learner", self.addresses["learner"], "--mode", cfg.mode, "--alpha", repr(cfg.alpha),
@@ -220,6 +225,7 @@ class TrainingRun:
         result = asyncio.run(evaluate_run(
             alive, self.addresses["learner"], self.run_dir / "checkpoints",
             episodes_per_clip=cfg.eval_episodes_per_clip, holdout_every=HOLDOUT_EVERY, seed=cfg.seed,
+            initial=self.initial_policy,
         ))
         (self.run_dir / "eval.json").write_text(json.dumps(result, indent=1))
         return result
@@ -301,14 +307,15 @@ def _write_outcome(run: TrainingRun, outcome: str, code: int, error: str, timing
 
 def _print_evaluation(console: Console, result: dict) -> None:
     trained, random = result["trained"]["summary"], result["random"]["summary"]
+    initial = result.get("initial", {}).get("summary", {})
 
-    def pair(key: str) -> str:
-        a, b = trained.get(key), random.get(key)
-        return "-" if a is None or b is None else f"{a:.3f} vs {b:.3f}"
+    def row(key: str) -> str:
+        values = [trained.get(key), initial.get(key), random.get(key)]
+        return " vs ".join("-" if v is None else f"{v:.3f}" for v in values)
 
-    console.print(f"evaluation ({trained.get('episodes', 0)} episodes each), trained vs random: "
-                  f"return {pair('return_mean')}, collision rate {pair('collided_rate')}, length {pair('length_mean')}",
-                  highlight=False)
+    console.print(f"evaluation ({trained.get('episodes', 0)} episodes each), trained vs initial vs random: "
+                  f"return {row('return_mean')}, collision rate {row('collided_rate')}, "
+                  f"off-road rate {row('off_road_rate')}, length {row('length_mean')}", highlight=False)
 
 
 __all__ = ["TrainError", "TrainingRun", "prepare_run_dir", "train"]

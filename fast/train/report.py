@@ -145,10 +145,12 @@ def write_report(run_dir: Path) -> Path:
     ]
     if evaluation:
         trained, random = evaluation["trained"]["summary"], evaluation["random"]["summary"]
+        initial = evaluation.get("initial", {}).get("summary", {})
         rows += [
-            ("eval return, trained vs random", f"{_fmt(trained.get('return_mean'))} vs {_fmt(random.get('return_mean'))}"),
-            ("eval collision rate, trained vs random", f"{_fmt(trained.get('collided_rate'))} vs {_fmt(random.get('collided_rate'))}"),
-            ("eval episode length, trained vs random", f"{_fmt(trained.get('length_mean'), 1)} vs {_fmt(random.get('length_mean'), 1)}"),
+            ("eval return, trained vs initial vs random", _three(trained, initial, random, "return_mean")),
+            ("eval collision rate, trained vs initial vs random", _three(trained, initial, random, "collided_rate")),
+            ("eval off-road rate, trained vs initial vs random", _three(trained, initial, random, "off_road_rate")),
+            ("eval episode length, trained vs initial vs random", _three(trained, initial, random, "length_mean", 1)),
         ]
     rows += [
         ("validity eta, last iteration", _fmt(last.get("validity"), 3)),
@@ -171,20 +173,26 @@ def write_report(run_dir: Path) -> Path:
     return path
 
 
+def _three(trained: dict, initial: dict, random: dict, key: str, digits: int = 2) -> str:
+    return " vs ".join(_fmt(d.get(key), digits) for d in (trained, initial, random))
+
+
 def _evaluation_section(evaluation: dict) -> list[str]:
     trained, random = evaluation["trained"]["summary"], evaluation["random"]["summary"]
+    initial = evaluation.get("initial", {}).get("summary", {})
     lines = [
         "## Evaluation on held-out clips",
         "",
         f"Policy version {evaluation['policy_version']} (from {evaluation['policy_source']}), acting deterministically, "
-        f"against uniformly random actions; {len(evaluation['clips'])} held-out clips x {evaluation['episodes_per_clip']} "
-        f"episode(s), the same clips and seeds for both (seed {evaluation['seed']}).",
+        f"against the initial policy (version 0, acting deterministically) and uniformly random actions; "
+        f"{len(evaluation['clips'])} held-out clips x {evaluation['episodes_per_clip']} "
+        f"episode(s), the same clips and seeds for all (seed {evaluation['seed']}).",
         "",
-        "| metric (mean over episodes) | trained | random |",
-        "| --- | ---: | ---: |",
+        "| metric (mean over episodes) | trained | initial | random |",
+        "| --- | ---: | ---: | ---: |",
     ]
     for key in sorted((set(trained) | set(random)) - {"episodes"}):
-        lines.append(f"| {key} | {_fmt(trained.get(key), 3)} | {_fmt(random.get(key), 3)} |")
+        lines.append(f"| {key} | {_fmt(trained.get(key), 3)} | {_fmt(initial.get(key), 3)} | {_fmt(random.get(key), 3)} |")
     return lines + [""]
 
 
