@@ -13,12 +13,12 @@ import signal
 import sys
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health
 
 from broker.config import BrokerConfig
 from broker.run import BrokerRun
 from broker.servicer import BrokerServicer
+from fast.rpc import display_address, start_server
 from fast.v1 import broker_pb2 as pb
 from fast.v1 import broker_pb2_grpc as pb_grpc
 
@@ -26,26 +26,15 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Broker"].full_name
 
 
 async def create_server(run: BrokerRun, address: str) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    pb_grpc.add_BrokerServicer_to_server(BrokerServicer(run), server)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    port = server.add_insecure_port(address)
-    if port == 0:
-        raise OSError(f"cannot bind {address}: the address is in use or invalid")
-    await server.start()
-    for name in ("", SERVICE_NAME):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return server, port, health_servicer
+    servicer = BrokerServicer(run)
+    return await start_server(address, SERVICE_NAME, lambda server: pb_grpc.add_BrokerServicer_to_server(servicer, server))
 
 
 async def serve(config: BrokerConfig, grace_s: float = 30.0) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     run = BrokerRun(config)
     server, port, health_servicer = await create_server(run, f"{config.host}:{config.port}")
-    host = f"[{config.host}]" if ":" in config.host else config.host
-    print(f"fast broker listening on {host}:{port} mode={config.mode} simulators={len(config.simulators)}", flush=True)
+    print(f"fast broker listening on {display_address(config.host, port)} mode={config.mode} simulators={len(config.simulators)}", flush=True)
     loop = asyncio.get_running_loop()
     task = asyncio.create_task(run.run())
 

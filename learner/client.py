@@ -29,6 +29,7 @@ import grpc
 import numpy as np
 
 from fast import tensor
+from fast.rpc import open_channel
 from fast.spaces import SpaceSpec, space_from_proto, space_to_proto
 from fast.v1 import learner_pb2 as pb
 from fast.v1 import learner_pb2_grpc as pb_grpc
@@ -119,17 +120,7 @@ class LearnerClient:
         self.address = address
         self.timeout_s = timeout_s
         self.update_timeout_s = update_timeout_s
-        self._channel = grpc.aio.insecure_channel(
-            address,
-            options=[
-                ("grpc.max_receive_message_length", max_message_bytes),
-                # Services restart (a crashed simulator, a resumed learner): reconnect within
-                # about a second instead of gRPC's default backoff of up to two minutes.
-                ("grpc.initial_reconnect_backoff_ms", 200),
-                ("grpc.max_reconnect_backoff_ms", 1000),
-                ("grpc.max_send_message_length", max_message_bytes),
-            ],
-        )
+        self._channel = open_channel(address, max_message_bytes=max_message_bytes)
         self._stub = pb_grpc.LearnerStub(self._channel)
 
     async def __aenter__(self) -> "LearnerClient":

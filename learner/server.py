@@ -13,9 +13,9 @@ import signal
 import sys
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health
 
+from fast.rpc import display_address, start_server
 from fast.v1 import learner_pb2 as pb
 from fast.v1 import learner_pb2_grpc as pb_grpc
 from learner.config import LearnerConfig
@@ -28,24 +28,11 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Learner"].full_name
 async def create_server(
     core: LearnerCore, address: str, *, max_message_bytes: int = 256 << 20
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
-    server = grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.max_send_message_length", max_message_bytes),
-            ("grpc.so_reuseport", 0),
-        ]
+    servicer = LearnerServicer(core)
+    return await start_server(
+        address, SERVICE_NAME, lambda server: pb_grpc.add_LearnerServicer_to_server(servicer, server),
+        max_message_bytes=max_message_bytes,
     )
-    pb_grpc.add_LearnerServicer_to_server(LearnerServicer(core), server)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    port = server.add_insecure_port(address)
-    if port == 0:
-        raise OSError(f"cannot bind {address}: the address is in use or invalid")
-    await server.start()
-    for name in ("", SERVICE_NAME):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return server, port, health_servicer
 
 
 async def serve(config: LearnerConfig) -> None:
@@ -56,9 +43,8 @@ async def serve(config: LearnerConfig) -> None:
     core = LearnerCore(config)
     address = f"{config.host}:{config.port}"
     server, port, health_servicer = await create_server(core, address, max_message_bytes=config.max_message_bytes)
-    host = f"[{config.host}]" if ":" in config.host else config.host
     # Tests and `fast train` read the bound address from this line.
-    print(f"fast learner listening on {host}:{port} device={core.device_name} version={core.policy_version} "
+    print(f"fast learner listening on {display_address(config.host, port)} device={core.device_name} version={core.policy_version} "
           f"initialized={str(core.initialized).lower()} checkpoint_dir={config.checkpoint_dir}", flush=True)
 
     stop = asyncio.Event()

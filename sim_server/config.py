@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from sim_server.cost_model import PRESETS, CostModelConfig, cost_model_config
+from sim_server.environments import check_env_spec
 
 ENV_PREFIX = "FAST_SIM_"
 
@@ -30,9 +31,7 @@ class SimServerConfig(BaseModel):
     @field_validator("env")
     @classmethod
     def _known_env(cls, value: str) -> str:
-        if value != "takeover" and not (value.startswith("gym:") and len(value) > 4):
-            raise ValueError("use 'takeover' or 'gym:<registered Gymnasium id>'")
-        return value
+        return check_env_spec(value)
 
     @field_validator("cost_preset")
     @classmethod

@@ -7,6 +7,13 @@ from typing import Any
 from sim_server.env_api import SlotEnv
 
 
+def check_env_spec(spec: str) -> str:
+    """The spec itself when it names an env kind make_env knows; ValueError with the fix otherwise."""
+    if spec != "takeover" and not (spec.startswith("gym:") and len(spec) > 4):
+        raise ValueError("use 'takeover' or 'gym:<registered Gymnasium id>'")
+    return spec
+
+
 def make_env(spec: str, num_slots: int, *, seed: int = 0, num_clips: int | None = None, env_kwargs: dict[str, Any] | None = None) -> SlotEnv:
     """`takeover` (the built-in driving workload) or `gym:<id>` (any Gymnasium env)."""
     kwargs = dict(env_kwargs or {})

@@ -12,9 +12,9 @@ import signal
 import sys
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health
 
+from fast.rpc import display_address, start_server
 from fast.v1 import simulator_pb2 as pb
 from fast.v1 import simulator_pb2_grpc as pb_grpc
 from sim_server.config import SimServerConfig
@@ -34,24 +34,11 @@ def build_simulator(config: SimServerConfig) -> Simulator:
 async def create_server(
     simulator: Simulator, address: str, *, env_id: str, max_message_bytes: int = 64 << 20
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
-    server = grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.max_send_message_length", max_message_bytes),
-            ("grpc.so_reuseport", 0),
-        ]
+    servicer = SimulatorServicer(simulator, env_id)
+    return await start_server(
+        address, SERVICE_NAME, lambda server: pb_grpc.add_SimulatorServicer_to_server(servicer, server),
+        max_message_bytes=max_message_bytes,
     )
-    pb_grpc.add_SimulatorServicer_to_server(SimulatorServicer(simulator, env_id), server)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    port = server.add_insecure_port(address)
-    if port == 0:
-        raise OSError(f"cannot bind {address}: the address is in use or invalid")
-    await server.start()
-    for name in ("", SERVICE_NAME):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return server, port, health_servicer
 
 
 async def serve(config: SimServerConfig) -> None:
@@ -60,9 +47,8 @@ async def serve(config: SimServerConfig) -> None:
     server, port, health_servicer = await create_server(
         simulator, address, env_id=config.env, max_message_bytes=config.max_message_bytes
     )
-    host = f"[{config.host}]" if ":" in config.host else config.host
     # Tests and `fast train` read the bound address from this line.
-    print(f"fast sim-server listening on {host}:{port} env={config.env} slots={config.slots} "
+    print(f"fast sim-server listening on {display_address(config.host, port)} env={config.env} slots={config.slots} "
           f"cost={simulator.cost_model.config.preset}", flush=True)
 
     stop = asyncio.Event()

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from sim_server.cost_model import PRESETS
+from sim_server.environments import check_env_spec
 
 ENV_PREFIX = "FAST_TRAIN_"
 # Clip c is held out of training for evaluation when c % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
@@ -60,9 +61,7 @@ class TrainConfig(BaseModel):
     @field_validator("env")
     @classmethod
     def _known_env(cls, value: str) -> str:
-        if value != "takeover" and not (value.startswith("gym:") and len(value) > 4):
-            raise ValueError("use 'takeover' or 'gym:<registered Gymnasium id>'")
-        return value
+        return check_env_spec(value)
 
     @field_validator("cost_preset")
     @classmethod
