@@ -30,7 +30,11 @@ _FAULTS = (grpc.RpcError, asyncio.TimeoutError, asyncio.InvalidStateError, Conne
 
 
 def resolve_addresses(spec: str) -> list[str]:
-    """`host:port` as is; `dns:///name:port` (or `dns:name:port`) to one address per IP it resolves to."""
+    """`host:port` as is; `dns:///name:port` (or `dns:name:port`) to one address per IP it resolves to.
+
+    IPv4 answers are preferred: a dual-stack name such as localhost resolves to 127.0.0.1 and
+    ::1, which are one server, not two. IPv6 answers are used when there is no IPv4 one.
+    """
     if not spec.startswith("dns:"):
         return [spec]
     target = spec[len("dns:"):].lstrip("/")
@@ -38,8 +42,9 @@ def resolve_addresses(spec: str) -> list[str]:
     if not sep or not port.isdigit():
         raise ValueError(f"simulator address {spec!r}: expected dns:///NAME:PORT")
     infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    v4 = [info for info in infos if info[0] == socket.AF_INET]
     addresses = []
-    for family, _, _, _, sockaddr in infos:
+    for family, _, _, _, sockaddr in v4 or infos:
         ip = sockaddr[0]
         address = f"[{ip}]:{port}" if family == socket.AF_INET6 else f"{ip}:{port}"
         if address not in addresses:
