@@ -128,3 +128,46 @@ def test_killed_learner_resumes_from_checkpoint_and_broker_continues(tmp_path) -
     versions = [m["policy_version"] for m in lines]
     assert versions == sorted(versions) and versions[-1] >= resumed_version  # the version continued, never restarted at 0
     assert all(np.isfinite(m["learner"]["policy_loss"]) for m in lines)
+
+
+def test_stalled_simulator_times_out_and_is_readmitted_when_it_resumes() -> None:
+    import os
+    import signal
+
+    sim_args = ["sim-server", "--slots", "2", "--step-latency-s", "0.002", "--port", "0"]
+    a, b = start_service("sim-a", sim_args), start_service("sim-b", sim_args)
+    try:
+        async def go():
+            pool = SimulatorPool(PoolTimeouts(step_s=0.5, reset_s=1.0, describe_s=0.5, backoff_initial_s=0.1, backoff_max_s=0.3))
+            await pool.add(a.address)
+            await pool.add(b.address)
+            runner = PolicyRunner(pool.observation_space, pool.action_space, (16,), seed=0)
+            sampler = LockstepSampler(pool, runner, ClipDealer(pool.num_clips, holdout_every=10, seed=0), mode="autoreset",
+                                      samples_per_iteration=300, stall_timeout_s=10)
+
+            async def stall_b_soon():
+                await asyncio.sleep(0.2)
+                os.kill(b.pid, signal.SIGSTOP)
+
+            staller = asyncio.create_task(stall_b_soon())
+            started = time.monotonic()
+            first = await sampler.sample()
+            elapsed = time.monotonic() - started
+            await staller
+            os.kill(b.pid, signal.SIGCONT)
+            await asyncio.sleep(0.4)
+            second = await sampler.sample()
+            handle = pool.servers[1]
+            await pool.close()
+            return first, second, elapsed, handle
+
+        (batch, stats), (batch2, stats2), elapsed, handle = asyncio.run(asyncio.wait_for(go(), 90))
+    finally:
+        for service in (a, b):
+            os.kill(service.pid, signal.SIGCONT)
+            service.stop()
+    assert stats.faults >= 1 and elapsed < 30  # the stall cost one step deadline, not a hang
+    assert not batch["valid_mask"][-1, 2:].any() and batch["valid_mask"][-1, :2].all()
+    RolloutBatch.from_numpy({**batch, "policy_version": 0}).validate()
+    assert handle.up and handle.readmissions == 1 and handle.faults == 1 and handle.last_error == "timed out"
+    assert batch2["valid_mask"][:, 2:].any()
