@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Set up and run FAST from a fresh clone with nothing but Python 3.11 and pip.
 
-    python3 dev.py train    # the main job (until `fast train` lands: a server driven end to end)
+    python3 dev.py train    # the main job: fast train, the whole local stack
     python3 dev.py test     # the test suite
 
 Creates .venv/ on first use and installs the project into it (torch pinned to the CPU
@@ -46,7 +46,7 @@ def ensure_venv() -> None:
 
 
 COMMANDS = {
-    "train": [["-m", "fast", "play", "--env", "takeover", "--slots", "8", "--steps", "300"]],
+    "train": [["-m", "fast", "train"]],
     "test": [["-m", "pytest", "-q"]],
 }
 
