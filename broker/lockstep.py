@@ -50,6 +50,7 @@ class LockstepSampler:
         alpha: float = 1.0,
         t_max: int = 1000,
         stall_timeout_s: float = 60.0,
+        slots: np.ndarray | None = None,
     ) -> None:
         if mode not in LOCKSTEP_MODES:
             raise ValueError(f"mode {mode!r} is not a lock-step mode; use one of {', '.join(LOCKSTEP_MODES)}")
@@ -58,7 +59,9 @@ class LockstepSampler:
         self.samples_per_iteration = samples_per_iteration
         self.alpha, self.t_max = alpha, t_max
         self.stall_timeout_s = stall_timeout_s
-        self.slots = np.arange(1 if mode == "sc" else pool.num_slots)  # global ids of the slots used
+        # Global ids of the slots this sampler drives (all by default; sc drives the first only).
+        slots = np.arange(pool.num_slots) if slots is None else np.asarray(slots, dtype=np.int64)
+        self.slots = slots[:1] if mode == "sc" else slots
         n = self.slots.size
         space = pool.observation_space
         self.obs = np.zeros((n, *space.shape), dtype=space.dtype)

@@ -76,18 +76,20 @@ class _Segment:
 
 class VerSampler:
     def __init__(self, pool: SimulatorPool, runner: PolicyRunner, dealer: ClipDealer, *, samples_per_iteration: int,
-                 stall_timeout_s: float = 60.0) -> None:
+                 stall_timeout_s: float = 60.0, slots: np.ndarray | None = None) -> None:
         self.pool, self.runner, self.dealer = pool, runner, dealer
         self.samples_per_iteration = samples_per_iteration
         self.stall_timeout_s = stall_timeout_s
-        n = pool.num_slots
+        # Global ids of the slots this sampler drives; arrays below are indexed by position.
+        self.slots = np.arange(pool.num_slots) if slots is None else np.asarray(slots, dtype=np.int64)
+        n = self.slots.size
         space = pool.observation_space
         self.obs = np.zeros((n, *space.shape), dtype=space.dtype)
         self.live = np.zeros(n, dtype=bool)
         self.episode_len = np.zeros(n, dtype=np.int64)
 
     async def sample(self) -> tuple[dict[str, np.ndarray], IterationStats]:
-        n = self.pool.num_slots
+        n = self.slots.size
         stats = IterationStats("ver", n)
         batcher = InferenceBatcher(self.runner)
         segments = [_Segment() for _ in range(n)]
@@ -99,7 +101,7 @@ class VerSampler:
         started = time.perf_counter()
 
         async def ensure_live(s: int) -> bool:
-            server = self.pool.servers[int(self.pool.slot_server[s])]
+            server = self.pool.servers[int(self.pool.slot_server[self.slots[s]])]
             deadline = time.monotonic() + self.stall_timeout_s
             while not self.live[s]:
                 if not server.up:
@@ -111,7 +113,7 @@ class VerSampler:
                         continue
                 clips, seeds = self.dealer.deal(1)
                 t0 = time.perf_counter()
-                r = await self.pool.reset(np.array([s]), clips, seeds, batched=False)
+                r = await self.pool.reset(self.slots[s : s + 1], clips, seeds, batched=False)
                 reset_s[s] += time.perf_counter() - t0
                 reset_server_s[s] += r.server_s
                 stats.reset_calls += 1
@@ -130,7 +132,7 @@ class VerSampler:
                 budget[0] -= 1
                 action, env_action, logprob, value = await batcher.act(self.obs[s])
                 t0 = time.perf_counter()
-                r = await self.pool.step(np.array([s]), env_action[None], unary=True)
+                r = await self.pool.step(self.slots[s : s + 1], env_action[None], unary=True)
                 step_s[s] += time.perf_counter() - t0
                 step_server_s[s] += r.server_s
                 if r.failed[0]:
@@ -152,7 +154,8 @@ class VerSampler:
                 if term or trunc:
                     if not term:
                         seg.bootstrap_obs[len(seg.obs) - 1] = self.obs[s].copy()
-                    stats.record_episode(int(self.episode_len[s]), "terminated" if term else "clip_end", r.episodes.get(s))
+                    stats.record_episode(int(self.episode_len[s]), "terminated" if term else "clip_end",
+                                         r.episodes.get(int(self.slots[s])))
                     self.live[s] = False
 
         await asyncio.gather(*(slot_loop(s) for s in range(n)))

@@ -28,7 +28,7 @@ from sim_server.takeover.metrics import METRIC_NAMES
 from conftest import sim_server
 
 # Tiny sizes: every mode trains 2 iterations in seconds; evaluation still plays all 20 held-out clips.
-TINY = ["--servers", "2", "--slots", "2", "--samples-per-iteration", "128", "--update-epochs", "1"]
+TINY = ["--servers", "2", "--slots", "2", "--samples-per-iteration", "128", "--update-epochs", "1", "--eval-episodes-per-clip", "1"]
 RUN_TIMEOUT_S = 100  # one tiny run takes ~20 s on a loaded 2-core CPU
 
 
@@ -139,7 +139,7 @@ def test_train_refuses_a_used_run_directory(tmp_path: Path) -> None:
 def test_train_config_defaults_and_errors() -> None:
     cfg = resolve_config(TrainConfig, env_prefix=ENV_PREFIX, environ={}, overrides={"mode": "sgr"})
     assert cfg.name.startswith("sgr-") and cfg.run_dir == Path("runs") / cfg.name
-    assert (cfg.servers, cfg.slots, cfg.iterations, cfg.samples_per_iteration) == (2, 5, 60, 2048)
+    assert (cfg.servers, cfg.slots, cfg.iterations, cfg.samples_per_iteration) == (2, 5, 350, 2048)
     env = {"FAST_TRAIN_SLOTS": "3", "FAST_TRAIN_GAMMA": "0.995"}
     cfg = resolve_config(TrainConfig, env_prefix=ENV_PREFIX, environ=env, overrides={"slots": 4})
     assert (cfg.slots, cfg.gamma) == (4, 0.995)  # a flag beats the environment
