@@ -213,6 +213,88 @@ def report(
     typer.echo(f"wrote {path}")
 
 
+bench_app = typer.Typer(help="Benchmarks measured side by side in one run (docs/bench.md).", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+
+def _csv(value: str, cast, option: str) -> tuple:
+    try:
+        return tuple(cast(part.strip()) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a comma-separated list", param_hint=option) from None
+
+
+@bench_app.command("sampling")
+def bench_sampling(
+    modes: Annotated[str, typer.Option(help="Sampling modes, comma-separated.")] = "sc,autoreset,sgr,ver,fast",
+    clips: Annotated[str, typer.Option(help="Clip counts (parallel slots), comma-separated.")] = "5,10,20,30",
+    preset: Annotated[str, typer.Option(help="Cost presets, comma-separated (docs/cost_model.md).")] = "calibrated,parallel",
+    servers: Annotated[int, typer.Option(min=1, help="Simulator server processes.")] = 2,
+    repeats: Annotated[int, typer.Option(min=1, help="Interleaved repeats; medians are reported.")] = 3,
+    samples: Annotated[int, typer.Option(min=1, help="Valid transitions per measured iteration.")] = 2048,
+    alpha: Annotated[float, typer.Option(help="FAST termination-rate threshold.")] = 0.5,
+    t_max: Annotated[int, typer.Option(help="FAST round length limit.")] = 200,
+    seed: Annotated[int, typer.Option(help="Seed of clip dealing, actions and the random policy.")] = 0,
+    checkpoint_dir: Annotated[Optional[Path], typer.Option(help="A fast train run's checkpoints/: adds the trained policy.")] = None,
+    gym_reference: Annotated[bool, typer.Option(help="Also measure Gymnasium's AsyncVectorEnv with autoreset.")] = False,
+    out: Annotated[Optional[Path], typer.Option(help="Output directory. \\[default: runs/bench-sampling-<timestamp>]")] = None,
+) -> None:
+    """Every sampling mode at every clip count and cost preset, interleaved: JSON, a markdown table, PNG charts."""
+    import time as _time
+
+    from fast.bench.sampling import SamplingBenchConfig, run
+
+    try:
+        cfg = SamplingBenchConfig(
+            modes=_csv(modes, str, "--modes"), clips=_csv(clips, int, "--clips"), presets=_csv(preset, str, "--preset"),
+            servers=servers, repeats=repeats, samples=samples, alpha=alpha, t_max=t_max, seed=seed,
+            checkpoint_dir=checkpoint_dir, gym_reference=gym_reference,
+        )
+        out_dir = out or Path("runs") / f"bench-sampling-{_time.strftime('%Y%m%d-%H%M%S')}"
+        run(cfg, out_dir)
+    except (ValueError, OSError, RuntimeError) as exc:
+        _fail(str(exc))
+    typer.echo(f"results: {out_dir / 'sampling.md'}")
+
+
+@bench_app.command("train")
+def bench_train(
+    modes: Annotated[str, typer.Option(help="Sampling modes, comma-separated.")] = "sc,sgr,ver,fast",
+    clips: Annotated[int, typer.Option(min=1, help="Parallel clips (slots) of every run.")] = 10,
+    seeds: Annotated[int, typer.Option(min=1, help="Seeds per mode.")] = 3,
+    servers: Annotated[int, typer.Option(min=1, help="Simulator server processes per run.")] = 2,
+    preset: Annotated[str, typer.Option(help="Cost preset (docs/cost_model.md).")] = "calibrated",
+    iterations: Annotated[int, typer.Option(min=1, help="Iterations per run.")] = 100,
+    samples_per_iteration: Annotated[int, typer.Option(min=1, help="Valid transitions per iteration.")] = 1024,
+    update_epochs: Annotated[int, typer.Option(min=1, help="PPO epochs per iteration.")] = 10,
+    target_return: Annotated[float, typer.Option(help="Smoothed training return whose wall-clock is reported.")] = 20.0,
+    out: Annotated[Optional[Path], typer.Option(help="Output directory. \\[default: runs/bench-train-<timestamp>]")] = None,
+) -> None:
+    """Return against wall-clock per mode and seed (one fast train each); time to a target return, PNG curves."""
+    import time as _time
+
+    from fast.bench.train import TrainBenchConfig, run
+
+    try:
+        cfg = TrainBenchConfig(modes=_csv(modes, str, "--modes"), clips=clips, seeds=seeds, servers=servers, preset=preset,
+                               iterations=iterations, samples_per_iteration=samples_per_iteration,
+                               update_epochs=update_epochs, target_return=target_return)
+        out_dir = out or Path("runs") / f"bench-train-{_time.strftime('%Y%m%d-%H%M%S')}"
+        run(cfg, out_dir)
+    except (ValueError, OSError, RuntimeError) as exc:
+        _fail(str(exc))
+    typer.echo(f"results: {out_dir / 'train.md'}")
+
+
+def _register_compare() -> None:
+    from fast.compare.cli import compare_command
+
+    app.command("compare")(compare_command)
+
+
+_register_compare()
+
+
 @app.command("play")
 def play(
     env: Annotated[str, typer.Option(help="'takeover' or 'gym:<Gymnasium id>'.")] = "takeover",

@@ -1,0 +1,1 @@
+"""Benchmarks as commands: `fast bench sampling`, `fast bench train` (docs/bench.md)."""

@@ -1,0 +1,88 @@
+"""The sampling benchmark's markdown table and PNG charts, from its result rows alone."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+_CHARTS = (
+    ("effective_throughput", "effective throughput (valid steps/s)"),
+    ("speedup_vs_sc", "speedup vs SC (effective throughput)"),
+    ("time_efficiency", "time efficiency"),
+    ("episode_length_mean", "mean episode length (steps)"),
+    ("validity", "validity eta"),
+    ("global_resets_per_1k_valid", "global resets per 1k valid steps"),
+)
+
+
+def _fmt(value, digits: int) -> str:
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def write_table(result: dict, path: Path) -> None:
+    cfg = result["config"]
+    lines = [
+        "# Sampling benchmark",
+        "",
+        f"Takeover workload, simulator costs **emulated** by the cost model (presets: {', '.join(cfg['presets'])}; "
+        f"docs/cost_model.md), {cfg['servers']} simulator server processes, {cfg['samples']} valid transitions per "
+        f"measured iteration after a warm-up, medians of {cfg['repeats']} interleaved repeats, FAST alpha={cfg['alpha']} "
+        f"t_max={cfg['t_max']}. `sc` steps one slot and is the reference for speedups. `gym-async` is Gymnasium's "
+        "AsyncVectorEnv with per-environment autoreset on the same workload, clips, costs and policy. "
+        f"Whole run: {result['wall_clock_s'] / 60:.1f} min. Metrics: docs/metrics.md.",
+        "",
+    ]
+    rows = result["rows"]
+    for preset in dict.fromkeys(r["preset"] for r in rows):
+        for policy in dict.fromkeys(r["policy"] for r in rows if r["preset"] == preset):
+            lines += [
+                f"## preset `{preset}`, policy `{policy}`",
+                "",
+                "| mode | clips | sampling s | speedup vs SC | raw steps/s | eta | time efficiency | effective steps/s "
+                "| mean ep. length (vs SC) | global resets / 1k valid |",
+                "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            ]
+            for r in rows:
+                if r["preset"] != preset or r["policy"] != policy:
+                    continue
+                lines.append(
+                    f"| {r['mode']} | {r['clips']} | {_fmt(r['sampling_time_s'], 2)} | {_fmt(r['speedup_vs_sc'], 2)}x | "
+                    f"{_fmt(r['raw_throughput'], 0)} | {_fmt(r['validity'], 3)} | {_fmt(r['time_efficiency'], 4)} | "
+                    f"{_fmt(r['effective_throughput'], 0)} | {_fmt(r['episode_length_mean'], 1)} "
+                    f"({_fmt(r['episode_length_vs_sc'], 2)}) | {_fmt(r['global_resets_per_1k_valid'], 2)} |"
+                )
+            lines.append("")
+    path.write_text("\n".join(lines))
+
+
+def write_charts(rows: list[dict], out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for preset in dict.fromkeys(r["preset"] for r in rows):
+        for policy in dict.fromkeys(r["policy"] for r in rows if r["preset"] == preset):
+            fig, axes = plt.subplots(2, 3, figsize=(13, 7))
+            subset = [r for r in rows if r["preset"] == preset and r["policy"] == policy]
+            for ax, (key, label) in zip(axes.flat, _CHARTS):
+                for mode in dict.fromkeys(r["mode"] for r in subset):
+                    points = sorted((r["clips"], r[key]) for r in subset if r["mode"] == mode)
+                    if mode == "sc":  # one slot: a horizontal reference line
+                        ax.axhline(points[0][1], color="grey", linestyle="--", label="sc (1 clip)")
+                        continue
+                    ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=mode)
+                ax.set_xlabel("clips")
+                ax.set_title(label, fontsize=10)
+                ax.grid(alpha=0.3)
+            axes.flat[0].legend(fontsize=8)
+            fig.suptitle(f"sampling modes, preset {preset}, policy {policy} (emulated simulator costs)")
+            fig.tight_layout()
+            path = out_dir / f"sampling_{preset}_{policy}.png"
+            fig.savefig(path, dpi=90)
+            plt.close(fig)
+            written.append(path)
+    return written
