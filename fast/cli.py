@@ -236,7 +236,7 @@ def bench_sampling(
     t_max: Annotated[int, typer.Option(help="FAST round length limit.")] = 200,
     seed: Annotated[int, typer.Option(help="Seed of clip dealing, actions and the random policy.")] = 0,
     checkpoint_dir: Annotated[Optional[Path], typer.Option(help="A fast train run's checkpoints/: adds the trained policy.")] = None,
-    gym_reference: Annotated[bool, typer.Option(help="Also measure Gymnasium's AsyncVectorEnv with autoreset.")] = False,
+    gym_reference: Annotated[bool, typer.Option(help="Also measure Gymnasium's AsyncVectorEnv with autoreset.")] = True,
     out: Annotated[Optional[Path], typer.Option(help="Output directory. \\[default: runs/bench-sampling-<timestamp>]")] = None,
 ) -> None:
     """Every sampling mode at every clip count and cost preset, interleaved: JSON, a markdown table, PNG charts."""

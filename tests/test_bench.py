@@ -21,17 +21,18 @@ def _fast(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 def test_bench_sampling_tiny_writes_json_table_and_charts(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     done = _fast("bench", "sampling", "--modes", "sc,autoreset,sgr,ver,fast", "--clips", "2,4", "--preset", "off",
-                 "--repeats", "1", "--samples", "64", "--no-gym-reference", "--out", str(out))
+                 "--repeats", "1", "--samples", "64", "--out", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((out / "sampling.json").read_text())
     rows = {(r["mode"], r["clips"]): r for r in result["rows"]}
-    assert set(rows) == {("sc", 1)} | {(m, n) for m in ("autoreset", "sgr", "ver", "fast") for n in (2, 4)}
+    assert set(rows) == {("sc", 1)} | {(m, n) for m in ("autoreset", "sgr", "ver", "fast", "gym-async") for n in (2, 4)}
     assert rows[("sc", 1)]["speedup_vs_sc"] == 1.0
     for row in rows.values():
         assert row["effective_throughput"] > 0 and 0 < row["validity"] <= 1 and 0 < row["time_efficiency"] <= 1
     assert rows[("sgr", 4)]["global_resets_per_1k_valid"] > 0 and rows[("autoreset", 4)]["global_resets_per_1k_valid"] == 0
     table = (out / "sampling.md").read_text()
-    assert "## preset `off`, policy `random`" in table and "| fast | 4 |" in table and "emulated" in table
+    assert "## preset `off`, policy `random`" in table and "| fast | 4 |" in table and "| gym-async | 4 |" in table
+    assert "emulated" in table
     assert (out / "sampling_off_random.png").stat().st_size > 0
 
 

@@ -53,7 +53,7 @@ class SamplingBenchConfig:
     t_max: int = 200
     seed: int = 0
     checkpoint_dir: Path | None = None  # a fast train run's checkpoints/: adds the "trained" policy
-    gym_reference: bool = False
+    gym_reference: bool = True
     holdout_every: int = 10
 
     def __post_init__(self) -> None:
