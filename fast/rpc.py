@@ -6,6 +6,7 @@ marks it SERVING; `open_channel` dials with message limits and a short reconnect
 
 from __future__ import annotations
 
+import asyncio
 from typing import Callable
 
 import grpc
@@ -59,3 +60,24 @@ def open_channel(address: str, *, max_message_bytes: int = 64 << 20) -> grpc.aio
 def display_address(host: str, port: int) -> str:
     """host:port, with an IPv6 host in brackets."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class RpcClient:
+    """The lifecycle every FAST client shares: one channel, async context manager, readiness."""
+
+    def __init__(self, address: str, *, max_message_bytes: int) -> None:
+        self.address = address
+        self._channel = open_channel(address, max_message_bytes=max_message_bytes)
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def wait_ready(self, timeout_s: float = 10.0) -> None:
+        """Wait until the channel connects; asyncio.TimeoutError after timeout_s."""
+        await asyncio.wait_for(self._channel.channel_ready(), timeout_s)

@@ -20,7 +20,6 @@ restarted from an older checkpoint), call `get_policy()` and sample again.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -29,7 +28,7 @@ import grpc
 import numpy as np
 
 from fast import tensor
-from fast.rpc import open_channel
+from fast.rpc import RpcClient
 from fast.spaces import SpaceSpec, space_from_proto, space_to_proto
 from fast.v1 import learner_pb2 as pb
 from fast.v1 import learner_pb2_grpc as pb_grpc
@@ -105,7 +104,7 @@ def batch_to_proto(arrays: Mapping[str, Any], policy_version: int) -> pb.Rollout
     )
 
 
-class LearnerClient:
+class LearnerClient(RpcClient):
     """numpy in, numpy/dataclasses out; one channel; `timeout_s` on every call but SubmitBatch,
     which runs a whole PPO update and gets `update_timeout_s`."""
 
@@ -117,24 +116,10 @@ class LearnerClient:
         update_timeout_s: float = 600.0,
         max_message_bytes: int = 256 << 20,
     ) -> None:
-        self.address = address
+        super().__init__(address, max_message_bytes=max_message_bytes)
         self.timeout_s = timeout_s
         self.update_timeout_s = update_timeout_s
-        self._channel = open_channel(address, max_message_bytes=max_message_bytes)
         self._stub = pb_grpc.LearnerStub(self._channel)
-
-    async def __aenter__(self) -> "LearnerClient":
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        await self._channel.close()
-
-    async def wait_ready(self, timeout_s: float = 10.0) -> None:
-        """Wait until the channel connects; asyncio.TimeoutError after timeout_s."""
-        await asyncio.wait_for(self._channel.channel_ready(), timeout_s)
 
     async def initialize(self, observation_space: SpaceSpec, action_space: SpaceSpec) -> tuple[int, bool]:
         """Set the spaces (idempotent); returns (policy_version, resumed)."""

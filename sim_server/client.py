@@ -6,14 +6,13 @@ protos/ alone. Every call has a deadline (`timeout_s`); errors surface as grpc.a
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 
 import grpc
 import numpy as np
 
 from fast import tensor
-from fast.rpc import open_channel
+from fast.rpc import RpcClient
 from fast.v1 import simulator_pb2 as pb
 from fast.v1 import simulator_pb2_grpc as pb_grpc
 from sim_server.env_api import SpaceSpec
@@ -54,25 +53,11 @@ def _step_reply(response: pb.StepResponse) -> StepReply:
     )
 
 
-class SimulatorClient:
+class SimulatorClient(RpcClient):
     def __init__(self, address: str, *, timeout_s: float = 30.0, max_message_bytes: int = 64 << 20) -> None:
-        self.address = address
+        super().__init__(address, max_message_bytes=max_message_bytes)
         self.timeout_s = timeout_s
-        self._channel = open_channel(address, max_message_bytes=max_message_bytes)
         self._stub = pb_grpc.SimulatorStub(self._channel)
-
-    async def __aenter__(self) -> "SimulatorClient":
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        await self._channel.close()
-
-    async def wait_ready(self, timeout_s: float = 10.0) -> None:
-        """Wait until the channel connects; asyncio.TimeoutError after timeout_s."""
-        await asyncio.wait_for(self._channel.channel_ready(), timeout_s)
 
     async def describe(self) -> ServerDescription:
         r = await self._stub.Describe(pb.DescribeRequest(), timeout=self.timeout_s)

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from sim_server.cost_model import PRESETS, CostModelConfig, cost_model_config
+from sim_server.cost_model import CostModelConfig, check_preset, cost_model_config
 from sim_server.environments import check_env_spec
 
 ENV_PREFIX = "FAST_SIM_"
@@ -36,9 +36,7 @@ class SimServerConfig(BaseModel):
     @field_validator("cost_preset")
     @classmethod
     def _known_preset(cls, value: str) -> str:
-        if value not in PRESETS:
-            raise ValueError(f"use one of {', '.join(PRESETS)}")
-        return value
+        return check_preset(value)
 
     def cost_model(self) -> CostModelConfig:
         return cost_model_config(

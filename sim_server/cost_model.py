@@ -77,6 +77,13 @@ PRESETS: dict[str, CostModelConfig] = {
 }
 
 
+def check_preset(name: str) -> str:
+    """The name itself when it is a preset; ValueError naming the presets otherwise."""
+    if name not in PRESETS:
+        raise ValueError(f"use one of {', '.join(PRESETS)}")
+    return name
+
+
 def cost_model_config(preset: str, **overrides: float | bool | int | None) -> CostModelConfig:
     """A preset with some knobs overridden (None leaves a knob as the preset has it)."""
     if preset not in PRESETS:

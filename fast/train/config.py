@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from sim_server.cost_model import PRESETS
+from sim_server.cost_model import check_preset
 from sim_server.environments import check_env_spec
 
 ENV_PREFIX = "FAST_TRAIN_"
@@ -67,9 +67,7 @@ class TrainConfig(BaseModel):
     @field_validator("cost_preset")
     @classmethod
     def _known_preset(cls, value: str) -> str:
-        if value not in PRESETS:
-            raise ValueError(f"use one of {', '.join(PRESETS)}")
-        return value
+        return check_preset(value)
 
     @field_validator("name")
     @classmethod
