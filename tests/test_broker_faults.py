@@ -34,21 +34,25 @@ def test_killed_simulator_masks_its_slots_and_is_readmitted() -> None:
     b = start_service("sim-b", [*sim_args, "--port", "0"])
     restarted = []
     try:
+        class KillingPool(SimulatorPool):
+            """Kills server b just before the 3rd lock-step Step: mid-round, while its slots act."""
+
+            steps = 0
+
+            async def step(self, slots, env_actions, **kw):
+                self.steps += 1
+                if self.steps == 3:
+                    b.kill()
+                return await super().step(slots, env_actions, **kw)
+
         async def go():
-            pool = SimulatorPool(PoolTimeouts(step_s=2.0, reset_s=5.0, describe_s=1.0, backoff_initial_s=0.1, backoff_max_s=0.3))
+            pool = KillingPool(PoolTimeouts(step_s=2.0, reset_s=5.0, describe_s=1.0, backoff_initial_s=0.1, backoff_max_s=0.3))
             await pool.add(a.address)
             await pool.add(b.address)
             runner = PolicyRunner(pool.observation_space, pool.action_space, (16,), seed=0)
             sampler = LockstepSampler(pool, runner, ClipDealer(pool.num_clips, holdout_every=10, seed=0), mode="fast",
                                       samples_per_iteration=400, alpha=1.0, t_max=30)
-
-            async def kill_b_soon():
-                await asyncio.sleep(0.3)
-                b.kill()
-
-            killer = asyncio.create_task(kill_b_soon())
             first = await sampler.sample()
-            await killer
             restarted.append(start_service("sim-b2", [*sim_args, "--port", _port(b.address)]))
             await asyncio.sleep(0.5)  # past b's backoff
             second = await sampler.sample()
@@ -137,23 +141,27 @@ def test_stalled_simulator_times_out_and_is_readmitted_when_it_resumes() -> None
     sim_args = ["sim-server", "--slots", "2", "--step-latency-s", "0.002", "--port", "0"]
     a, b = start_service("sim-a", sim_args), start_service("sim-b", sim_args)
     try:
+        class StallingPool(SimulatorPool):
+            """Stops server b (SIGSTOP) just before the 5th Step: mid-iteration, while its slots act."""
+
+            steps = 0
+
+            async def step(self, slots, env_actions, **kw):
+                self.steps += 1
+                if self.steps == 5:
+                    os.kill(b.pid, signal.SIGSTOP)
+                return await super().step(slots, env_actions, **kw)
+
         async def go():
-            pool = SimulatorPool(PoolTimeouts(step_s=0.5, reset_s=1.0, describe_s=0.5, backoff_initial_s=0.1, backoff_max_s=0.3))
+            pool = StallingPool(PoolTimeouts(step_s=0.5, reset_s=1.0, describe_s=0.5, backoff_initial_s=0.1, backoff_max_s=0.3))
             await pool.add(a.address)
             await pool.add(b.address)
             runner = PolicyRunner(pool.observation_space, pool.action_space, (16,), seed=0)
             sampler = LockstepSampler(pool, runner, ClipDealer(pool.num_clips, holdout_every=10, seed=0), mode="autoreset",
                                       samples_per_iteration=300, stall_timeout_s=10)
-
-            async def stall_b_soon():
-                await asyncio.sleep(0.2)
-                os.kill(b.pid, signal.SIGSTOP)
-
-            staller = asyncio.create_task(stall_b_soon())
             started = time.monotonic()
             first = await sampler.sample()
             elapsed = time.monotonic() - started
-            await staller
             os.kill(b.pid, signal.SIGCONT)
             await asyncio.sleep(0.4)
             second = await sampler.sample()
