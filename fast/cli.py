@@ -236,7 +236,8 @@ def bench_sampling(
     t_max: Annotated[int, typer.Option(help="FAST round length limit.")] = 200,
     seed: Annotated[int, typer.Option(help="Seed of clip dealing, actions and the random policy.")] = 0,
     checkpoint_dir: Annotated[Optional[Path], typer.Option(help="A fast train run's checkpoints/: adds the trained policy.")] = None,
-    gym_reference: Annotated[bool, typer.Option(help="Also measure Gymnasium's AsyncVectorEnv with autoreset.")] = True,
+    gym_reference: Annotated[bool, typer.Option(help="Also measure Gymnasium's AsyncVectorEnv with autoreset (takeover only).")] = True,
+    env: Annotated[str, typer.Option(help="Workload: takeover, or gym:<id> such as gym:highway_env:highway-fast-v0.")] = "takeover",
     out: Annotated[Optional[Path], typer.Option(help="Output directory. \\[default: runs/bench-sampling-<timestamp>]")] = None,
 ) -> None:
     """Every sampling mode at every clip count and cost preset, interleaved: JSON, a markdown table, PNG charts."""
@@ -248,7 +249,7 @@ def bench_sampling(
         cfg = SamplingBenchConfig(
             modes=_csv(modes, str, "--modes"), clips=_csv(clips, int, "--clips"), presets=_csv(preset, str, "--preset"),
             servers=servers, repeats=repeats, samples=samples, alpha=alpha, t_max=t_max, seed=seed,
-            checkpoint_dir=checkpoint_dir, gym_reference=gym_reference,
+            checkpoint_dir=checkpoint_dir, gym_reference=gym_reference, env=env,
         )
         out_dir = out or Path("runs") / f"bench-sampling-{_time.strftime('%Y%m%d-%H%M%S')}"
         run(cfg, out_dir)

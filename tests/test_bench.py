@@ -32,7 +32,7 @@ def test_bench_sampling_tiny_writes_json_table_and_charts(tmp_path: Path) -> Non
     assert rows[("sgr", 4)]["global_resets_per_1k_valid"] > 0 and rows[("autoreset", 4)]["global_resets_per_1k_valid"] == 0
     table = (out / "sampling.md").read_text()
     assert "## preset `off`, policy `random`" in table and "| fast | 4 |" in table and "| gym-async | 4 |" in table
-    assert "emulated" in table
+    assert "emulated" in table and "Workload `takeover`" in table
     assert (out / "sampling_off_random.png").stat().st_size > 0
 
 
@@ -98,3 +98,14 @@ def test_bench_train_tiny_runs_fast_train_per_mode_and_seed(tmp_path: Path) -> N
     assert all(len(r["curve"]["t"]) == 2 and r["time_to_target_s"] is not None for r in result["runs"])
     assert {row["mode"] for row in result["summary"]} == {"sc", "fast"}
     assert "| fast | 1 | 1 |" in (out / "train.md").read_text() and (out / "train_curves.png").stat().st_size > 0
+
+
+def test_bench_sampling_serves_a_gymnasium_env(tmp_path: Path) -> None:
+    out = tmp_path / "bench-gym"
+    done = _fast("bench", "sampling", "--env", "gym:CartPole-v1", "--modes", "sc,fast", "--clips", "2", "--preset", "off",
+                 "--repeats", "1", "--samples", "64", "--no-gym-reference", "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {(r["mode"], r["clips"]) for r in json.loads((out / "sampling.json").read_text())["rows"]}
+    assert rows == {("sc", 1), ("fast", 2)} and "Workload `gym:CartPole-v1`" in (out / "sampling.md").read_text()
+    done = _fast("bench", "sampling", "--env", "gym:CartPole-v1", "--out", str(tmp_path / "y"), timeout=60)
+    assert done.returncode == 2 and "pass --no-gym-reference" in done.stderr

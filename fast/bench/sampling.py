@@ -53,8 +53,9 @@ class SamplingBenchConfig:
     t_max: int = 200
     seed: int = 0
     checkpoint_dir: Path | None = None  # a fast train run's checkpoints/: adds the "trained" policy
-    gym_reference: bool = True
+    gym_reference: bool = True  # takeover only: the reference wraps the takeover workload
     holdout_every: int = 10
+    env: str = "takeover"  # or gym:<id>, e.g. gym:highway_env:highway-fast-v0 (real costs, cost preset "off")
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.modes if m not in MODES]
@@ -69,6 +70,11 @@ class SamplingBenchConfig:
         bad = [p for p in self.presets if p not in PRESETS]
         if bad:
             raise ValueError(f"presets {bad} are unknown; use some of {', '.join(PRESETS)}")
+        from sim_server.environments import check_env_spec
+
+        check_env_spec(self.env)
+        if self.env != "takeover" and self.gym_reference:
+            raise ValueError(f"env={self.env}: the Gymnasium reference wraps the takeover workload; pass --no-gym-reference")
 
 
 @dataclass
@@ -138,7 +144,7 @@ async def _run_preset(cfg: SamplingBenchConfig, preset: str, log) -> list[Measur
     try:
         for i in range(cfg.servers):
             servers.append(start_service(f"sim-{preset}-{i}", [
-                "sim-server", "--env", "takeover", "--slots", str(per_server), "--port", "0", "--cost-preset", preset,
+                "sim-server", "--env", cfg.env, "--slots", str(per_server), "--port", "0", "--cost-preset", preset,
             ]))
         pool = SimulatorPool()
         for server in servers:

@@ -26,7 +26,8 @@ def write_table(result: dict, path: Path) -> None:
     lines = [
         "# Sampling benchmark",
         "",
-        f"Takeover workload, simulator costs **emulated** by the cost model (presets: {', '.join(cfg['presets'])}; "
+        f"Workload `{cfg.get('env', 'takeover')}`, simulator costs emulated by the cost model on top of the "
+        f"workload's own (presets: {', '.join(cfg['presets'])}; `off` means only the simulator's real costs; "
         f"docs/cost_model.md), {cfg['servers']} simulator server processes, {cfg['samples']} valid transitions per "
         f"measured iteration after a warm-up, medians of {cfg['repeats']} interleaved repeats, FAST alpha={cfg['alpha']} "
         f"t_max={cfg['t_max']}. `sc` steps one slot and is the reference for speedups. `gym-async` is Gymnasium's "
