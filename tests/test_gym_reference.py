@@ -188,10 +188,11 @@ def _check_summary(summary: dict, samples: int, num_envs: int) -> None:
     assert summary["valid_transitions"] >= samples and summary["transitions"] == summary["valid_transitions"]
     assert summary["validity"] == 1.0 and summary["global_resets"] == 0
     for key in ("sampling_time_s", "raw_throughput", "effective_throughput", "time_efficiency",
-                "time_efficiency_critical_path", "episode_length_mean", "episode_return_mean",
+                "time_efficiency_critical_path", "time_efficiency_env_sum", "episode_length_mean", "episode_return_mean",
                 "slot_resets_per_1k_valid", "startup_s"):  # fmt: skip
         assert math.isfinite(summary[key]), f"{key}={summary[key]}"
-    assert 0.0 < summary["time_efficiency"] <= 1.0 and 0.0 < summary["time_efficiency_critical_path"] <= 1.0
+    assert 0.0 < summary["time_efficiency"] <= 1.0 and summary["time_efficiency"] == summary["time_efficiency_critical_path"]
+    assert 0.0 < summary["time_efficiency_env_sum"] <= 1.0
     assert summary["effective_throughput"] == pytest.approx(summary["valid_transitions"] / summary["sampling_time_s"])
     assert summary["episodes"] == len(summary["episode_lengths"]) > 0
     assert sum(summary["episode_ends"].values()) == summary["episodes"]

@@ -49,22 +49,21 @@ def measure_async_vector(
     """Sample `samples` valid transitions with an AsyncVectorEnv of `num_envs` TakeoverGymEnvs.
 
     Returns IterationStats.summary()'s keys (mode "gym-async"), and:
-    - `time_efficiency`: the envs' own step seconds over their step + reset seconds, summed
-      over every env and every vector step, as the envs' infos report them (the per-slot sums
-      the broker uses for `ver`). The broker's lock-step modes define it on the critical path
-      instead: wall time awaiting Step over wall time awaiting Step or Reset. Inside one
-      vector step the two cannot be told apart by wall time (each env steps, then resets
-      itself), so the critical-path figure is estimated as `time_efficiency_critical_path`:
+    - `time_efficiency`: the critical-path figure, as the broker's lock-step modes define it
+      (wall time awaiting Step over wall time awaiting Step or Reset; also under
+      `time_efficiency_critical_path`). Inside one vector step the two cannot be told apart by
+      wall time (each env steps, then resets itself), so it is estimated:
       per vector step, the env that took longest (step + reset) held the call up; its reset
       seconds are the reset part, the rest of the call's wall time (its step, pipes and shared
       memory) the step part, just as the broker counts transport into the call it awaits.
-      The per-env sum hides how a reset stalls the whole vector step (one env resets, the
-      others wait), so it is the higher of the two whenever resets are rare per env but
-      frequent per vector step;
+    - `time_efficiency_env_sum`: the envs' own step seconds over their step + reset seconds,
+      summed over every env and vector step (the per-slot sums the broker uses for `ver`). It
+      hides how a reset stalls the whole vector step (one env resets, the others wait), so it
+      is the higher of the two whenever resets are rare per env but frequent per vector step;
     - `time_split_s`: stepping / resetting are the critical env's step / reset seconds summed
       over vector steps, transport the rest of the vector calls' wall time (IPC), inference
       the policy's forward passes, waiting the remainder;
-    - `env_step_s_sum`, `env_reset_s_sum`: the per-env sums behind `time_efficiency`;
+    - `env_step_s_sum`, `env_reset_s_sum`: the per-env sums behind `time_efficiency_env_sum`;
     - `startup_s` (process start-up and catalog building), `warmup_s`, `servers`, `preset`.
     Extra keyword arguments: the catalog (`num_clips`, `catalog_seed`, as `fast sim-server`
     builds it), the clips held out of training (`holdout_every`, as the broker's ClipDealer),
@@ -121,8 +120,10 @@ def measure_async_vector(
 
     summary = measured.summary()
     env_step_s, env_reset_s = (float(x) for x in env_seconds)
+    # `time_efficiency` stays the critical-path estimate, defined like the broker's lock-step
+    # modes (a vector step waits for every env), so the table compares like with like.
     summary["time_efficiency_critical_path"] = summary["time_efficiency"]
-    summary["time_efficiency"] = env_step_s / (env_step_s + env_reset_s) if env_step_s + env_reset_s > 0 else 1.0
+    summary["time_efficiency_env_sum"] = env_step_s / (env_step_s + env_reset_s) if env_step_s + env_reset_s > 0 else 1.0
     summary.update(
         env_step_s_sum=env_step_s,
         env_reset_s_sum=env_reset_s,
