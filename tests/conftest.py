@@ -23,11 +23,12 @@ def sim_server(*args: str) -> Iterator[ServiceProcess]:
 
 
 @contextmanager
-def stub_for(address: str) -> Iterator[pb_grpc.SimulatorStub]:
+def stub_for(address: str, stub_class=pb_grpc.SimulatorStub):
+    """A synchronous stub of `stub_class` on a ready channel to `address`, closed on exit."""
     channel = grpc.insecure_channel(address)
     try:
         grpc.channel_ready_future(channel).result(timeout=10)
-        yield pb_grpc.SimulatorStub(channel)
+        yield stub_class(channel)
     finally:
         channel.close()
 

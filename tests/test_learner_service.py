@@ -43,6 +43,8 @@ from learner.errors import ErrorKind, LearnerError
 from learner.policy import ActorCritic, import_weights
 from learner.ppo import PPOConfig
 
+from conftest import stub_for
+
 STEPS, SLOTS, OBS_DIM = 16, 4, 6
 OBS_SPACE = SpaceSpec("box", (OBS_DIM,), np.dtype(np.float32), np.full(OBS_DIM, -10, np.float32), np.full(OBS_DIM, 10, np.float32))
 ACTION_SPACE = SpaceSpec("box", (2,), np.dtype(np.float32), -np.ones(2, np.float32), np.ones(2, np.float32))
@@ -112,14 +114,8 @@ def learner_process(checkpoint_dir: Path, *args: str) -> Iterator[ServiceProcess
         service.stop()
 
 
-@contextmanager
-def learner_stub(address: str) -> Iterator[pb_grpc.LearnerStub]:
-    channel = grpc.insecure_channel(address)
-    try:
-        grpc.channel_ready_future(channel).result(timeout=10)
-        yield pb_grpc.LearnerStub(channel)
-    finally:
-        channel.close()
+def learner_stub(address: str):
+    return stub_for(address, pb_grpc.LearnerStub)
 
 
 @pytest.fixture(scope="module")
