@@ -176,7 +176,7 @@ class VerSampler:
         return batch, stats
 
     def _concatenate(self, segments: list[_Segment]) -> dict[str, np.ndarray]:
-        space, act = self.pool.observation_space, self.pool.action_space
+        space = self.pool.observation_space
         parts = [seg for seg in segments if seg.obs]
         batch = {
             "obs": np.concatenate([np.stack(seg.obs) for seg in parts]).astype(space.dtype, copy=False),

@@ -19,7 +19,6 @@ import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from fast import tensor
 from fast.config import ConfigError, resolve_config
 from fast.processes import ServiceProcess, start_service
 from fast.spaces import SpaceSpec, space_to_proto
