@@ -159,8 +159,8 @@ class SimulatorPool:
         return [s for s, ok in zip(due, back) if ok]
 
     async def _try_readmit(self, server: ServerHandle) -> bool:
-        # A fresh channel: the old one may sit in gRPC's own reconnect backoff (up to minutes)
-        # and would fail fast even after the server came back.
+        # A fresh channel (with its own subchannel pool, see open_channel): the old one may sit
+        # in gRPC's own reconnect backoff and would fail fast even after the server came back.
         await server.client.close()
         server.client = SimulatorClient(server.address, timeout_s=self.timeouts.describe_s)
         try:

@@ -53,6 +53,10 @@ def open_channel(address: str, *, max_message_bytes: int = 64 << 20) -> grpc.aio
             # about a second instead of gRPC's default backoff of up to two minutes.
             ("grpc.initial_reconnect_backoff_ms", 200),
             ("grpc.max_reconnect_backoff_ms", 1000),
+            # A channel of its own connections: with gRPC's process-wide subchannel pool a
+            # fresh channel to a restarted server inherits the dead connection's backoff and
+            # fails with "connection refused" although the server is already up.
+            ("grpc.use_local_subchannel_pool", 1),
         ],
     )
 

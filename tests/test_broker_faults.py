@@ -90,6 +90,41 @@ def test_killed_simulator_masks_its_slots_and_is_readmitted() -> None:
     assert batch2["valid_mask"][:, b_cols].any() and stats2.faults == 0
 
 
+def test_restarted_simulator_is_readmitted_on_the_first_attempt() -> None:
+    """Readmission opens a fresh channel; it must not inherit the dead connection's backoff.
+
+    With gRPC's process-wide subchannel pool it did: Describe kept failing with "connection
+    refused" for up to a second after the restart, and a broker sampling briefly never
+    re-admitted the server.
+    """
+    sim = start_service("sim", ["sim-server", "--slots", "2", "--port", "0"])
+    restarted = None
+    try:
+        async def go() -> tuple[list[bool], int]:
+            nonlocal restarted
+            pool = SimulatorPool(PoolTimeouts(step_s=2.0, describe_s=2.0, backoff_initial_s=0.05, backoff_max_s=0.1))
+            await pool.add(sim.address)
+            server = pool.servers[0]
+            sim.kill()
+            step = await pool.step(np.arange(2), np.zeros((2, *pool.action_space.shape), np.float32))
+            assert step.failed.all() and not server.up
+            for _ in range(20):  # readmission attempts while the server is down
+                await asyncio.sleep(0.1)
+                assert await pool.readmit_due() == []
+            restarted = start_service("sim2", ["sim-server", "--slots", "2", "--port", _port(sim.address)])
+            await asyncio.sleep(0.1)  # past the backoff
+            back = await pool.readmit_due()
+            await pool.close()
+            return back, server.readmissions
+
+        back, readmissions = asyncio.run(asyncio.wait_for(go(), 60))
+        assert len(back) == 1 and readmissions == 1
+    finally:
+        for service in (sim, restarted):
+            if service is not None:
+                service.stop()
+
+
 def test_killed_learner_resumes_from_checkpoint_and_broker_continues(tmp_path) -> None:
     sims = [start_service(f"sim-{i}", ["sim-server", "--slots", "2", "--port", "0"]) for i in range(2)]
     learner_args = ["learner", "--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-every", "1",
