@@ -173,6 +173,8 @@ def train(
     lr: Annotated[Optional[float], typer.Option(help="Adam learning rate." + _train_default("lr"))] = None,
     update_epochs: Annotated[Optional[int], typer.Option(help="PPO epochs per iteration." + _train_default("update_epochs"))] = None,
     eval_episodes_per_clip: Annotated[Optional[int], typer.Option(help="Evaluation episodes per held-out clip; 0 skips it." + _train_default("eval_episodes_per_clip"))] = None,
+    checkpoint_every: Annotated[Optional[int], typer.Option(help="Checkpoint every K policy versions." + _train_default("checkpoint_every"))] = None,
+    keep_checkpoints: Annotated[Optional[int], typer.Option(help="Newest checkpoints kept." + _train_default("keep_checkpoints"))] = None,
     name: Annotated[Optional[str], typer.Option(help="Run name, the directory under --runs-dir. \\[default: <mode>-<timestamp>]")] = None,
     runs_dir: Annotated[Optional[Path], typer.Option(help="Where runs are written." + _train_default("runs_dir"))] = None,
     config: ConfigFile = None,
@@ -189,7 +191,8 @@ def train(
     overrides = dict(
         mode=mode, alpha=alpha, t_max=t_max, servers=servers, slots=slots, seed=seed, iterations=iterations,
         samples_per_iteration=samples_per_iteration, cost_preset=cost_preset, env=env, lr=lr,
-        update_epochs=update_epochs, eval_episodes_per_clip=eval_episodes_per_clip, name=name, runs_dir=runs_dir,
+        update_epochs=update_epochs, eval_episodes_per_clip=eval_episodes_per_clip, checkpoint_every=checkpoint_every,
+        keep_checkpoints=keep_checkpoints, name=name, runs_dir=runs_dir,
     )
     try:
         cfg = resolve_config(TrainConfig, file=config, env_prefix=ENV_PREFIX, overrides=overrides)
@@ -265,13 +268,15 @@ def bench_train(
     seeds: Annotated[int, typer.Option(min=1, help="Seeds per mode.")] = 3,
     servers: Annotated[int, typer.Option(min=1, help="Simulator server processes per run.")] = 2,
     preset: Annotated[str, typer.Option(help="Cost preset (docs/cost_model.md).")] = "calibrated",
-    iterations: Annotated[int, typer.Option(min=1, help="Iterations per run.")] = 100,
-    samples_per_iteration: Annotated[int, typer.Option(min=1, help="Valid transitions per iteration.")] = 1024,
+    iterations: Annotated[int, typer.Option(min=1, help="Iterations per run.")] = 150,
+    samples_per_iteration: Annotated[int, typer.Option(min=1, help="Valid transitions per iteration.")] = 2048,
     update_epochs: Annotated[int, typer.Option(min=1, help="PPO epochs per iteration.")] = 10,
-    target_return: Annotated[float, typer.Option(help="Smoothed training return whose wall-clock is reported.")] = 20.0,
+    checkpoint_every: Annotated[int, typer.Option(min=1, help="Evaluate every K-th policy version on held-out clips.")] = 10,
+    eval_episodes_per_clip: Annotated[int, typer.Option(min=1, help="Held-out episodes per clip at each evaluated version.")] = 2,
+    target_return: Annotated[float, typer.Option(help="Held-out return whose wall-clock is reported.")] = 80.0,
     out: Annotated[Optional[Path], typer.Option(help="Output directory. \\[default: runs/bench-train-<timestamp>]")] = None,
 ) -> None:
-    """Return against wall-clock per mode and seed (one fast train each); time to a target return, PNG curves."""
+    """Held-out return against wall-clock per mode and seed (one fast train each); time to a target return, PNG curves."""
     import time as _time
 
     from fast.bench.train import TrainBenchConfig, run
@@ -279,7 +284,8 @@ def bench_train(
     try:
         cfg = TrainBenchConfig(modes=_csv(modes, str, "--modes"), clips=clips, seeds=seeds, servers=servers, preset=preset,
                                iterations=iterations, samples_per_iteration=samples_per_iteration,
-                               update_epochs=update_epochs, target_return=target_return)
+                               update_epochs=update_epochs, checkpoint_every=checkpoint_every,
+                               eval_episodes_per_clip=eval_episodes_per_clip, target_return=target_return)
         out_dir = out or Path("runs") / f"bench-train-{_time.strftime('%Y%m%d-%H%M%S')}"
         run(cfg, out_dir)
     except (ValueError, OSError, RuntimeError) as exc:

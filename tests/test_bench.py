@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from fast.bench.sampling import Measurement, SamplingBenchConfig, aggregate, spread_slots
-from fast.bench.train import curve, time_to_target
+from fast.bench.learning_curve import time_to_target, version_clock
+from fast.bench.train import summarize, TrainBenchConfig, training_curve
 
 
 def _fast(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -77,25 +78,67 @@ def test_config_refuses_bad_clip_counts() -> None:
         SamplingBenchConfig(clips=(0, 5))
 
 
-def test_training_curve_and_time_to_target(tmp_path: Path) -> None:
+def test_training_curve_smooths_and_carries_iterations_without_episodes(tmp_path: Path) -> None:
     lines = [{"time": 10.0 + 2 * i, "iteration_time_s": 2.0, "episode_return_mean": r}
              for i, r in enumerate([1.0, float("nan"), 3.0, 10.0, 12.0])]
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    t, smoothed = curve(path, smooth=2)
+    t, smoothed = training_curve(path, smooth=2)
     assert t.tolist() == [2.0, 4.0, 6.0, 8.0, 10.0]  # since the first iteration began (time 10 - 2 = 8)
     np.testing.assert_allclose(smoothed, [1.0, 1.0, 2.0, 6.5, 11.0])  # a NaN iteration carries the last return
-    assert time_to_target(t, smoothed, 6.0) == 8.0 and time_to_target(t, smoothed, 50.0) is None
 
 
-def test_bench_train_tiny_runs_fast_train_per_mode_and_seed(tmp_path: Path) -> None:
+def test_version_clock_places_version_v_at_the_end_of_iteration_v(tmp_path: Path) -> None:
+    # Iteration i samples with version i - 1; its update makes version i.
+    lines = [{"iteration": i + 1, "policy_version": i, "time": 103.0 + 3 * i, "iteration_time_s": 3.0,
+              "valid_transitions": 100 + i} for i in range(3)]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert version_clock(path) == {0: (0.0, 0), 1: (3.0, 100), 2: (6.0, 201), 3: (9.0, 303)}
+
+
+def test_time_to_target_is_the_first_point_at_or_above_it() -> None:
+    points = [{"time_s": 0.0, "transitions": 0, "return_mean": 48.0}, {"time_s": 5.0, "transitions": 10, "return_mean": 71.0},
+              {"time_s": 9.0, "transitions": 20, "return_mean": 65.0}, {"time_s": 12.0, "transitions": 30, "return_mean": 80.0}]
+    assert time_to_target(points, 70.0) == (5.0, 10)
+    assert time_to_target(points, 75.0) == (12.0, 30)
+    assert time_to_target(points, 90.0) is None
+
+
+def test_summary_shows_a_median_only_when_every_run_reached_the_target() -> None:
+    def record(mode, seed, reached, training_s):
+        curve = [{"version": 0, "time_s": 0.0, "transitions": 0, "return_mean": 48.0},
+                 {"version": 10, "time_s": training_s, "transitions": 1000, "return_mean": 75.0 if reached else 60.0}]
+        return {"mode": mode, "seed": seed, "time_to_target_s": training_s if reached else None,
+                "transitions_to_target": 1000 if reached else None, "training_s": training_s,
+                "initial_return": 48.0, "final_return": curve[-1]["return_mean"], "eval_curve": curve}
+    records = [record("sc", 0, True, 100.0), record("sc", 1, True, 120.0),
+               record("fast", 0, True, 40.0), record("fast", 1, False, 50.0)]
+    rows = {row["mode"]: row for row in summarize(records, TrainBenchConfig(modes=("sc", "fast"), seeds=2))}
+    assert rows["sc"]["time_to_target_median_s"] == 110.0 and rows["sc"]["speedup_to_target_vs_sc"] == 1.0
+    assert rows["fast"]["reached_target"] == 1 and rows["fast"]["time_to_target_median_s"] is None
+    assert rows["fast"]["speedup_to_target_vs_sc"] is None
+    assert rows["fast"]["speedup_training_vs_sc"] == pytest.approx(110.0 / 45.0)
+
+
+def test_bench_train_tiny_runs_fast_train_per_mode_and_seed_and_evaluates_checkpoints(tmp_path: Path) -> None:
     out = tmp_path / "bench-train"
-    done = _fast("bench", "train", "--modes", "sc,fast", "--seeds", "1", "--iterations", "2", "--samples-per-iteration", "64",
-                 "--update-epochs", "1", "--clips", "4", "--preset", "off", "--target-return", "-1000", "--out", str(out))
+    done = _fast("bench", "train", "--modes", "sc,fast", "--seeds", "1", "--iterations", "4", "--samples-per-iteration", "64",
+                 "--update-epochs", "1", "--clips", "4", "--preset", "off", "--checkpoint-every", "2",
+                 "--eval-episodes-per-clip", "1", "--target-return", "-1000", "--out", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((out / "train.json").read_text())
     assert [(r["mode"], r["seed"]) for r in result["runs"]] == [("sc", 0), ("fast", 0)]
-    assert all(len(r["curve"]["t"]) == 2 and r["time_to_target_s"] is not None for r in result["runs"])
+    for record in result["runs"]:
+        curve = record["eval_curve"]
+        assert [p["version"] for p in curve] == [0, 2, 4]  # the start, every 2nd version, the end
+        assert [p["episodes"] for p in curve] == [20, 20, 20]  # 1 per held-out clip (200 clips, every 10th)
+        assert curve[0]["time_s"] == 0.0 and curve[0]["time_s"] < curve[1]["time_s"] < curve[2]["time_s"]
+        assert curve[2]["transitions"] >= 4 * 64 and record["time_to_target_s"] == 0.0
+        # Only the newest checkpoint is kept: the run stays a `fast compare` input.
+        assert [p.name for p in (Path(record["run_dir"]) / "checkpoints").glob("ckpt-*.pt")] == ["ckpt-000000004.pt"]
+    # The same held-out episodes for both modes: with one seed, version 0 is the same policy and scores alike.
+    assert result["runs"][0]["eval_curve"][0]["return_mean"] == result["runs"][1]["eval_curve"][0]["return_mean"]
     assert {row["mode"] for row in result["summary"]} == {"sc", "fast"}
     assert "| fast | 1 | 1 |" in (out / "train.md").read_text() and (out / "train_curves.png").stat().st_size > 0
 

@@ -1,15 +1,23 @@
-"""`fast bench train`: return against wall-clock for several sampling modes and seeds.
+"""`fast bench train`: held-out return against wall-clock for several sampling modes and seeds.
 
 Each (mode, seed) is one `fast train` run, started as a user starts it (a subprocess), with
 the same workload, cost preset, clip count, iterations and PPO settings; runs go seed-major
-(every mode once, then the next seed) so that the machine's drift hits the modes alike. The
-return curve of a run is the mean return of its training episodes per iteration against the
-wall-clock since its first iteration began, smoothed over `smooth` iterations; the time to
-target is the first wall-clock at which that smoothed curve reaches `target_return`.
+(every mode once, then the next seed) so that the machine's drift hits the modes alike.
+
+The learner keeps a checkpoint every `checkpoint_every` versions. After each run, before the
+next starts, every checkpoint plays the same held-out episodes on simulators of the
+benchmark's own (fast/bench/learning_curve.py), which gives the run's learning curve: held-out
+return against the wall-clock and the valid transitions at which that version existed. The
+time to target is the first point whose held-out return reaches `target_return`. Then all
+checkpoints but the newest are deleted, so a run directory stays a `fast compare` input.
+
+The training-episode return (smoothed over `smooth` iterations) is kept in train.json beside
+it, but is not compared across modes: global truncation cuts the long episodes of FAST and SGR.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import subprocess
@@ -20,7 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
+from fast.bench.learning_curve import evaluate_checkpoints, time_to_target
 from fast.bench.sampling import MODES
+from fast.compare.run import Workload, start_simulators
+from fast.train.config import HOLDOUT_EVERY
+from learner.checkpoint import prune_checkpoints
 
 
 @dataclass(frozen=True)
@@ -30,23 +42,29 @@ class TrainBenchConfig:
     seeds: int = 3
     servers: int = 2
     preset: str = "calibrated"
-    iterations: int = 100
-    samples_per_iteration: int = 1024
+    iterations: int = 150
+    samples_per_iteration: int = 2048
     update_epochs: int = 10
-    target_return: float = 20.0
-    smooth: int = 5
-    eval_episodes_per_clip: int = 1
+    checkpoint_every: int = 10
+    # Held-out return. The initial policy (mean action about 0: coasting straight) scores about 70
+    # on the default episodes and random actions about 10; early updates first drop it to about 20.
+    target_return: float = 80.0
+    smooth: int = 5  # iterations, for the training-return curve only
+    eval_episodes_per_clip: int = 2
+    eval_seed: int = 1234  # the held-out episodes' seeds, one set for every run
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.modes if m not in MODES]
         if unknown:
             raise ValueError(f"modes {unknown} are unknown; use some of {', '.join(MODES)}")
-        if self.clips < 1 or self.seeds < 1 or self.servers < 1 or self.iterations < 1:
-            raise ValueError(f"clips={self.clips}, seeds={self.seeds}, servers={self.servers}, "
-                             f"iterations={self.iterations}: each must be >= 1")
+        counts = {"clips": self.clips, "seeds": self.seeds, "servers": self.servers, "iterations": self.iterations,
+                  "checkpoint_every": self.checkpoint_every, "eval_episodes_per_clip": self.eval_episodes_per_clip}
+        low = [f"{name}={value}" for name, value in counts.items() if value < 1]
+        if low:
+            raise ValueError(f"{', '.join(low)}: each must be >= 1")
 
 
-def curve(metrics_path: Path, smooth: int) -> tuple[np.ndarray, np.ndarray]:
+def training_curve(metrics_path: Path, smooth: int) -> tuple[np.ndarray, np.ndarray]:
     """(wall-clock s since the first iteration began, smoothed mean training return) per iteration."""
     lines = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
     if not lines:
@@ -62,42 +80,23 @@ def curve(metrics_path: Path, smooth: int) -> tuple[np.ndarray, np.ndarray]:
     return t, smoothed
 
 
-def time_to_target(t: np.ndarray, smoothed: np.ndarray, target: float) -> float | None:
-    reached = np.flatnonzero(smoothed >= target)
-    return float(t[reached[0]]) if reached.size else None
-
-
 def run(cfg: TrainBenchConfig, out_dir: Path, log=print) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     runs_dir = out_dir / "runs"
     started = time.time()
     records = []
     slots = math.ceil(cfg.clips / cfg.servers)
-    for seed in range(cfg.seeds):
-        for mode in cfg.modes:
-            name = f"{mode}-s{seed}"
-            cmd = [sys.executable, "-m", "fast", "train", "--mode", mode, "--seed", str(seed), "--servers", str(cfg.servers),
-                   "--slots", str(slots), "--cost-preset", cfg.preset, "--iterations", str(cfg.iterations),
-                   "--samples-per-iteration", str(cfg.samples_per_iteration), "--update-epochs", str(cfg.update_epochs),
-                   "--eval-episodes-per-clip", str(cfg.eval_episodes_per_clip), "--name", name, "--runs-dir", str(runs_dir)]
-            log(f"fast train {name} ({len(records) + 1}/{cfg.seeds * len(cfg.modes)})")
-            t0 = time.perf_counter()
-            done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            wall = time.perf_counter() - t0
-            if done.returncode != 0:
-                raise RuntimeError(f"fast train {name} exited {done.returncode}: {done.stdout[-2000:]}")
-            t, smoothed = curve(runs_dir / name / "metrics.jsonl", cfg.smooth)
-            evaluation = json.loads((runs_dir / name / "eval.json").read_text()) if (runs_dir / name / "eval.json").exists() else {}
-            records.append({
-                "mode": mode, "seed": seed, "run_dir": str(runs_dir / name), "wall_clock_s": wall,
-                "training_s": float(t[-1]) if t.size else float("nan"),
-                "time_to_target_s": time_to_target(t, smoothed, cfg.target_return),
-                "final_smoothed_return": float(smoothed[-1]) if smoothed.size else float("nan"),
-                "eval_return": evaluation.get("trained", {}).get("summary", {}).get("return_mean"),
-                "curve": {"t": t.tolist(), "return": smoothed.tolist()},
-            })
-            log(f"  {name}: {wall:.0f} s, final return {records[-1]['final_smoothed_return']:.1f}, "
-                f"time to {cfg.target_return:g}: {records[-1]['time_to_target_s']}")
+    # The held-out evaluations' own simulators: the training workload, no emulated cost (what is
+    # measured there is the policy, not the clock). Idle while a training run goes.
+    evaluators = start_simulators(Workload("takeover", (), HOLDOUT_EVERY), cfg.servers, slots)
+    try:
+        for seed in range(cfg.seeds):
+            for mode in cfg.modes:
+                records.append(_train_and_evaluate(cfg, mode, seed, runs_dir, slots, [s.address for s in evaluators], log,
+                                                   f"{len(records) + 1}/{cfg.seeds * len(cfg.modes)}"))
+    finally:
+        for service in evaluators:
+            service.stop()
     summary = summarize(records, cfg)
     result = {"config": cfg.__dict__, "wall_clock_s": time.time() - started, "summary": summary, "runs": records}
     (out_dir / "train.json").write_text(json.dumps(result, indent=1))
@@ -105,24 +104,81 @@ def run(cfg: TrainBenchConfig, out_dir: Path, log=print) -> dict:
     return result
 
 
+def _train_and_evaluate(cfg: TrainBenchConfig, mode: str, seed: int, runs_dir: Path, slots: int,
+                        evaluators: list[str], log, progress: str) -> dict:
+    name = f"{mode}-s{seed}"
+    run_dir = runs_dir / name
+    cmd = [sys.executable, "-m", "fast", "train", "--mode", mode, "--seed", str(seed), "--servers", str(cfg.servers),
+           "--slots", str(slots), "--cost-preset", cfg.preset, "--iterations", str(cfg.iterations),
+           "--samples-per-iteration", str(cfg.samples_per_iteration), "--update-epochs", str(cfg.update_epochs),
+           "--checkpoint-every", str(cfg.checkpoint_every), "--keep-checkpoints", str(cfg.iterations + 2),
+           "--eval-episodes-per-clip", "0", "--name", name, "--runs-dir", str(runs_dir)]
+    log(f"fast train {name} ({progress})")
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise RuntimeError(f"fast train {name} exited {done.returncode}: {done.stdout[-2000:]}")
+    points = asyncio.run(evaluate_checkpoints(evaluators, run_dir, holdout_every=HOLDOUT_EVERY,
+                                              episodes_per_clip=cfg.eval_episodes_per_clip, seed=cfg.eval_seed))
+    prune_checkpoints(run_dir / "checkpoints", keep=1)
+    t, smoothed = training_curve(run_dir / "metrics.jsonl", cfg.smooth)
+    reached = time_to_target(points, cfg.target_return)
+    record = {
+        "mode": mode, "seed": seed, "run_dir": str(run_dir), "wall_clock_s": wall,
+        "training_s": float(t[-1]) if t.size else float("nan"),
+        "time_to_target_s": reached[0] if reached else None,
+        "transitions_to_target": reached[1] if reached else None,
+        "initial_return": points[0]["return_mean"] if points else None,
+        "final_return": points[-1]["return_mean"] if points else None,
+        "eval_curve": points,
+        "training_curve": {"t": t.tolist(), "return": smoothed.tolist()},
+    }
+    log(f"  {name}: {wall:.0f} s, held-out return {record['initial_return']:.1f} -> {record['final_return']:.1f}, "
+        f"time to {cfg.target_return:g}: {record['time_to_target_s']}")
+    return record
+
+
 def summarize(records: list[dict], cfg: TrainBenchConfig) -> list[dict]:
+    """Per mode: medians over seeds, and the speedups against SC (ratios of those medians)."""
+    def median(values):
+        values = [v for v in values if v is not None]
+        return float(np.median(values)) if values else None
+
     rows = []
     for mode in cfg.modes:
         runs = [r for r in records if r["mode"] == mode]
-        reached = [r["time_to_target_s"] for r in runs if r["time_to_target_s"] is not None]
+        reached = [r for r in runs if r["time_to_target_s"] is not None]
+        everyone = len(reached) == len(runs)  # a median over the runs that got there would flatter the mode
+        final = [r["eval_curve"][-1] for r in runs if r["eval_curve"]]
         rows.append({
             "mode": mode,
             "runs": len(runs),
             "reached_target": len(reached),
-            "time_to_target_median_s": float(np.median(reached)) if len(reached) == len(runs) and reached else None,
-            "training_s_median": float(np.median([r["training_s"] for r in runs])),
-            "final_return_median": float(np.median([r["final_smoothed_return"] for r in runs])),
+            "time_to_target_median_s": median([r["time_to_target_s"] for r in runs]) if everyone else None,
+            "transitions_to_target_median": median([r["transitions_to_target"] for r in runs]) if everyone else None,
+            "training_s_median": median([r["training_s"] for r in runs]),
+            "initial_return_median": median([r["initial_return"] for r in runs]),
+            "final_return_median": median([r["final_return"] for r in runs]),
+            "final_collided_median": median([p.get("collided_rate") for p in final]),
+            "final_off_road_median": median([p.get("off_road_rate") for p in final]),
         })
-    sc = next((r for r in rows if r["mode"] == "sc" and r["time_to_target_median_s"]), None)
+    sc = next((row for row in rows if row["mode"] == "sc"), None)
     for row in rows:
-        row["speedup_to_target_vs_sc"] = (sc["time_to_target_median_s"] / row["time_to_target_median_s"]
-                                          if sc and row["time_to_target_median_s"] else None)
+        for key, ratio in (("time_to_target_median_s", "speedup_to_target_vs_sc"), ("training_s_median", "speedup_training_vs_sc")):
+            row[ratio] = sc[key] / row[key] if sc and sc[key] and row[key] else None
     return rows
+
+
+def mean_curve(records: list[dict]) -> dict[str, list[float]]:
+    """The seeds' mean curve of one mode at the versions every run evaluated."""
+    versions = sorted(set.intersection(*(set(p["version"] for p in r["eval_curve"]) for r in records))) if records else []
+    out = {"version": versions, "time_s": [], "transitions": [], "return_mean": []}
+    for version in versions:
+        points = [next(p for p in r["eval_curve"] if p["version"] == version) for r in records]
+        for key in ("time_s", "transitions", "return_mean"):
+            out[key].append(float(np.mean([p[key] for p in points])))
+    return out
 
 
 def write_report(result: dict, out_dir: Path) -> None:
@@ -132,18 +188,23 @@ def write_report(result: dict, out_dir: Path) -> None:
     import matplotlib.pyplot as plt
 
     cfg = result["config"]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    colors = {}
-    for record in result["runs"]:
-        color = colors.setdefault(record["mode"], f"C{len(colors)}")
-        ax.plot(record["curve"]["t"], record["curve"]["return"], color=color, alpha=0.8,
-                label=record["mode"] if record["seed"] == 0 else None)
-    ax.axhline(cfg["target_return"], color="grey", linestyle="--", label=f"target {cfg['target_return']:g}")
-    ax.set_xlabel("wall-clock (s)")
-    ax.set_ylabel(f"training return (mean of {cfg['smooth']} iterations)")
-    ax.set_title(f"{cfg['clips']} clips, preset {cfg['preset']} (emulated costs), {cfg['seeds']} seeds")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for i, mode in enumerate(cfg["modes"]):
+        records = [r for r in result["runs"] if r["mode"] == mode]
+        for ax, x in zip(axes, ("time_s", "transitions")):
+            for record in records:
+                ax.plot([p[x] for p in record["eval_curve"]], [p["return_mean"] for p in record["eval_curve"]],
+                        color=f"C{i}", alpha=0.3, linewidth=0.8)
+            mean = mean_curve(records)
+            ax.plot(mean[x], mean["return_mean"], color=f"C{i}", linewidth=2, marker="o", markersize=3, label=mode)
+    for ax, label in zip(axes, ("wall-clock since training began (s)", "valid transitions sampled")):
+        ax.axhline(cfg["target_return"], color="grey", linestyle="--", linewidth=1, label=f"target {cfg['target_return']:g}")
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(f"held-out return ({cfg['eval_episodes_per_clip']} episodes per held-out clip)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"{cfg['clips']} clips, preset {cfg['preset']} (emulated costs), {cfg['seeds']} seeds: "
+                 "thin lines are seeds, thick their mean")
     fig.tight_layout()
     fig.savefig(out_dir / "train_curves.png", dpi=90)
     plt.close(fig)
@@ -155,16 +216,30 @@ def write_report(result: dict, out_dir: Path) -> None:
         "# Training benchmark",
         "",
         f"`fast train` per mode and seed: {cfg['clips']} clips over {cfg['servers']} servers, cost preset "
-        f"`{cfg['preset']}` (emulated simulator costs), {cfg['iterations']} iterations of {cfg['samples_per_iteration']} "
-        f"valid transitions, {cfg['update_epochs']} PPO epochs; target: smoothed training return {cfg['target_return']:g}. "
-        f"Whole benchmark {result['wall_clock_s'] / 60:.1f} min.",
+        f"`{cfg['preset']}` (simulator costs **emulated**, docs/cost_model.md), {cfg['iterations']} iterations of "
+        f"{cfg['samples_per_iteration']} valid transitions, {cfg['update_epochs']} PPO epochs, seeds 0-{cfg['seeds'] - 1}. "
+        f"Every {cfg['checkpoint_every']}th policy version played deterministically on the same held-out episodes "
+        f"({cfg['eval_episodes_per_clip']} per held-out clip, evaluation seed {cfg['eval_seed']}), after the run, off its clock. "
+        f"Target: held-out return {cfg['target_return']:g}. Whole benchmark {result['wall_clock_s'] / 60:.1f} min.",
         "",
-        "| mode | runs | reached target | time to target (median s) | speedup to target vs SC | training s (median) | final return (median) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| mode | runs | reached target | time to target (median s) | speedup to target vs SC | transitions to target (median) "
+        "| training s (median) | training speedup vs SC | held-out return: initial -> final (median) | final collided | final off-road |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
     for row in result["summary"]:
-        lines.append(f"| {row['mode']} | {row['runs']} | {row['reached_target']} | {fmt(row['time_to_target_median_s'])} | "
-                     f"{fmt(row['speedup_to_target_vs_sc'], 2)} | {fmt(row['training_s_median'])} | "
-                     f"{fmt(row['final_return_median'], 2)} |")
-    lines += ["", "![return against wall-clock](train_curves.png)", ""]
+        lines.append(
+            f"| {row['mode']} | {row['runs']} | {row['reached_target']} | {fmt(row['time_to_target_median_s'])} | "
+            f"{fmt(row['speedup_to_target_vs_sc'], 2)} | {fmt(row['transitions_to_target_median'], 0)} | "
+            f"{fmt(row['training_s_median'])} | {fmt(row['speedup_training_vs_sc'], 2)} | "
+            f"{fmt(row['initial_return_median'])} -> {fmt(row['final_return_median'])} | "
+            f"{fmt(row['final_collided_median'], 2)} | {fmt(row['final_off_road_median'], 2)} |")
+    lines += [
+        "",
+        "Time to target is the wall-clock (since the run's first iteration began, updates included) of the first "
+        "evaluated version whose held-out return reaches the target; a mode's median is shown only when all its runs "
+        "reached it. Training s is the whole run of the same number of iterations and valid transitions.",
+        "",
+        "![held-out return against wall-clock and against transitions](train_curves.png)",
+        "",
+    ]
     (out_dir / "train.md").write_text("\n".join(lines))

@@ -51,6 +51,8 @@ class TrainConfig(BaseModel):
     num_minibatches: int = Field(8, ge=1)
     ent_coef: float = Field(0.0, ge=0.0, allow_inf_nan=False)
     gamma: float = Field(0.99, ge=0.0, le=1.0)
+    checkpoint_every: int = Field(10, ge=1)  # the learner checkpoints every K policy versions
+    keep_checkpoints: int = Field(3, ge=1)  # ... and keeps the newest N (`fast bench train` keeps all)
 
     # Evaluation at the end, on the held-out clips; 0 skips it.
     eval_episodes_per_clip: int = Field(3, ge=0)

@@ -109,7 +109,8 @@ class TrainingRun:
         self.learner = stack.launch("learner", [
             "learner", "--host", "127.0.0.1", "--port", "0", "--checkpoint-dir", str(self.run_dir / "checkpoints"),
             "--seed", str(cfg.seed), "--lr", repr(cfg.lr), "--update-epochs", str(cfg.update_epochs),
-            "--num-minibatches", str(cfg.num_minibatches),
+            "--num-minibatches", str(cfg.num_minibatches), "--checkpoint-every", str(cfg.checkpoint_every),
+            "--keep-checkpoints", str(cfg.keep_checkpoints),
         ], env={"FAST_LEARNER_GAMMA": repr(cfg.gamma), "FAST_LEARNER_ENT_COEF": repr(cfg.ent_coef)})
         self.write_config()
         # Importing torch and tensorboard takes seconds; done while the children start up.
