@@ -241,6 +241,8 @@ def bench_sampling(
     checkpoint_dir: Annotated[Optional[Path], typer.Option(help="A fast train run's checkpoints/: adds the trained policy.")] = None,
     gym_reference: Annotated[bool, typer.Option(help="Also measure Gymnasium's AsyncVectorEnv with autoreset (takeover only).")] = True,
     env: Annotated[str, typer.Option(help="Workload: takeover, or gym:<id> such as gym:highway_env:highway-fast-v0.")] = "takeover",
+    length_samples: Annotated[int, typer.Option(min=0, help="Steady-state episode lengths: valid transitions counted per configuration; 0 skips.")] = 6000,
+    length_warmup_steps: Annotated[int, typer.Option(min=0, help="Steady-state episode lengths: warm-up steps per slot before counting.")] = 600,
     out: Annotated[Optional[Path], typer.Option(help="Output directory. \\[default: runs/bench-sampling-<timestamp>]")] = None,
 ) -> None:
     """Every sampling mode at every clip count and cost preset, interleaved: JSON, a markdown table, PNG charts."""
@@ -253,6 +255,7 @@ def bench_sampling(
             modes=_csv(modes, str, "--modes"), clips=_csv(clips, int, "--clips"), presets=_csv(preset, str, "--preset"),
             servers=servers, repeats=repeats, samples=samples, alpha=alpha, t_max=t_max, seed=seed,
             checkpoint_dir=checkpoint_dir, gym_reference=gym_reference, env=env,
+            length_samples=length_samples, length_warmup_steps=length_warmup_steps,
         )
         out_dir = out or Path("runs") / f"bench-sampling-{_time.strftime('%Y%m%d-%H%M%S')}"
         run(cfg, out_dir)

@@ -22,7 +22,8 @@ def _fast(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 def test_bench_sampling_tiny_writes_json_table_and_charts(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     done = _fast("bench", "sampling", "--modes", "sc,autoreset,sgr,ver,fast", "--clips", "2,4", "--preset", "off",
-                 "--repeats", "1", "--samples", "64", "--out", str(out))
+                 "--repeats", "1", "--samples", "64", "--length-samples", "300", "--length-warmup-steps", "20",
+                 "--out", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((out / "sampling.json").read_text())
     rows = {(r["mode"], r["clips"]): r for r in result["rows"]}
@@ -35,6 +36,14 @@ def test_bench_sampling_tiny_writes_json_table_and_charts(tmp_path: Path) -> Non
     assert "## preset `off`, policy `random`" in table and "| fast | 4 |" in table and "| gym-async | 4 |" in table
     assert "emulated" in table and "Workload `takeover`" in table
     assert (out / "sampling_off_random.png").stat().st_size > 0
+    # Steady-state lengths: every (mode, clips) but the Gymnasium reference, SC the reference.
+    lengths = {(r["mode"], r["clips"]): r for r in result["episode_length"]}
+    assert set(lengths) == set(rows) - {("gym-async", 2), ("gym-async", 4)}
+    assert lengths[("sc", 1)]["mean_vs_sc"] == 1.0 and lengths[("sc", 1)]["cut_share"] == 0.0
+    for row in lengths.values():
+        assert row["episodes"] > 0 and 1 <= row["mean"] <= 300 and 0.0 <= row["cut_share"] <= 1.0
+        assert sum(row["ends"].values()) == row["episodes"]
+    assert "## Episode length in steady state" in table and "| fast | 4 |" in table.split("steady state")[1]
 
 
 def test_bench_sampling_bad_options_exit_2_with_the_fix(tmp_path: Path) -> None:
@@ -56,6 +65,16 @@ def test_aggregate_medians_and_speedups() -> None:
     fast = next(r for r in rows if r["mode"] == "fast")
     assert fast["effective_throughput"] == 900 and fast["speedup_vs_sc"] == 4.5
     assert fast["episode_length_vs_sc"] == pytest.approx(1.1) and fast["repeats"] == 3
+
+
+def test_length_row_counts_cut_episodes_with_their_share() -> None:
+    from fast.bench.episode_length import length_row
+
+    row = length_row("random", "fast", 10, {"episode_lengths": [10, 20, 30, 40], "episode_ends": {"terminated": 3, "cut": 1}})
+    assert row["mean"] == 25.0 and row["cut_share"] == 0.25 and row["episodes"] == 4
+    assert row["p10_p50_p90"] == pytest.approx([13.0, 25.0, 37.0])
+    empty = length_row("random", "sc", 1, {})
+    assert empty["episodes"] == 0 and empty["p10_p50_p90"] == []
 
 
 def test_spread_slots_deals_round_robin_over_servers() -> None:
@@ -146,7 +165,7 @@ def test_bench_train_tiny_runs_fast_train_per_mode_and_seed_and_evaluates_checkp
 def test_bench_sampling_serves_a_gymnasium_env(tmp_path: Path) -> None:
     out = tmp_path / "bench-gym"
     done = _fast("bench", "sampling", "--env", "gym:CartPole-v1", "--modes", "sc,fast", "--clips", "2", "--preset", "off",
-                 "--repeats", "1", "--samples", "64", "--no-gym-reference", "--out", str(out))
+                 "--repeats", "1", "--samples", "64", "--no-gym-reference", "--length-samples", "0", "--out", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {(r["mode"], r["clips"]) for r in json.loads((out / "sampling.json").read_text())["rows"]}
     assert rows == {("sc", 1), ("fast", 2)} and "Workload `gym:CartPole-v1`" in (out / "sampling.md").read_text()

@@ -7,7 +7,9 @@ over the servers. Policies are fixed during the benchmark: a freshly initialised
 ("random") and, when a checkpoint is given, a trained one ("trained"); validity depends on
 how long the policy survives, so both matter. Each measurement builds a fresh sampler, runs
 one short warm-up iteration (initial resets, map cache), then one measured iteration of
-`samples` valid transitions. All configurations are measured in one run, interleaved repeat
+`samples` valid transitions. Episode lengths are measured apart, in steady state and without
+emulated costs (fast/bench/episode_length.py): a short timed window right after a common start
+only sees the episodes short enough to end inside it. All configurations are measured in one run, interleaved repeat
 by repeat in a shuffled order, so that the machine's drift hits them alike; medians over
 repeats are reported. `sc` is one slot whatever N and is the reference for speedups.
 """
@@ -56,6 +58,10 @@ class SamplingBenchConfig:
     gym_reference: bool = True  # takeover only: the reference wraps the takeover workload
     holdout_every: int = 10
     env: str = "takeover"  # or gym:<id>, e.g. gym:highway_env:highway-fast-v0 (real costs, cost preset "off")
+    # Steady-state episode lengths (fast/bench/episode_length.py): valid transitions in the window
+    # after a warm-up of length_warmup_steps per slot; 0 skips the measurement.
+    length_samples: int = 6000
+    length_warmup_steps: int = 600
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.modes if m not in MODES]
@@ -65,6 +71,9 @@ class SamplingBenchConfig:
             raise ValueError(f"clips {list(self.clips)}: give clip counts >= 1, e.g. 5,10,20,30")
         if self.servers < 1 or self.repeats < 1 or self.samples < 1:
             raise ValueError(f"servers={self.servers}, repeats={self.repeats}, samples={self.samples}: each must be >= 1")
+        if self.length_samples < 0 or self.length_warmup_steps < 0:
+            raise ValueError(f"length_samples={self.length_samples}, length_warmup_steps={self.length_warmup_steps}: "
+                             "each must be >= 0 (length_samples 0 skips the episode-length measurement)")
         from sim_server.cost_model import PRESETS
 
         bad = [p for p in self.presets if p not in PRESETS]
@@ -100,7 +109,7 @@ def spread_slots(pool: SimulatorPool, count: int) -> np.ndarray:
     return np.array(sorted(chosen), dtype=np.int64)
 
 
-def _policies(cfg: SamplingBenchConfig, pool: SimulatorPool) -> dict[str, tuple[tuple[int, ...], bytes | None]]:
+def fixed_policies(cfg: SamplingBenchConfig, pool: SimulatorPool) -> dict[str, tuple[tuple[int, ...], bytes | None]]:
     policies: dict[str, tuple[tuple[int, ...], bytes | None]] = {"random": ((64, 64), None)}
     if cfg.checkpoint_dir is not None:
         from learner.checkpoint import load_latest
@@ -115,24 +124,25 @@ def _policies(cfg: SamplingBenchConfig, pool: SimulatorPool) -> dict[str, tuple[
     return policies
 
 
-def _runner(pool: SimulatorPool, hidden: tuple[int, ...], weights: bytes | None, seed: int) -> PolicyRunner:
+def runner_for(pool: SimulatorPool, hidden: tuple[int, ...], weights: bytes | None, seed: int) -> PolicyRunner:
     runner = PolicyRunner(pool.observation_space, pool.action_space, hidden, seed=seed)
     if weights is not None:
         runner.load(0, weights)
     return runner
 
 
-async def _measure_mode(cfg: SamplingBenchConfig, pool: SimulatorPool, runner: PolicyRunner, mode: str, clips: int,
-                        seed: int) -> dict:
+async def measure_mode(cfg: SamplingBenchConfig, pool: SimulatorPool, runner: PolicyRunner, mode: str, clips: int,
+                       seed: int, *, warmup_samples: int, samples: int) -> dict:
+    """A fresh sampler of `mode` on `clips` slots: one warm-up iteration, then the measured one's summary."""
     slots = spread_slots(pool, clips)
     dealer = ClipDealer(pool.num_clips, holdout_every=cfg.holdout_every, seed=seed)
     if mode == "ver":
-        sampler = VerSampler(pool, runner, dealer, samples_per_iteration=cfg.warmup_samples, slots=slots)
+        sampler = VerSampler(pool, runner, dealer, samples_per_iteration=max(warmup_samples, 1), slots=slots)
     else:
-        sampler = LockstepSampler(pool, runner, dealer, mode=mode, samples_per_iteration=cfg.warmup_samples,
+        sampler = LockstepSampler(pool, runner, dealer, mode=mode, samples_per_iteration=max(warmup_samples, 1),
                                   alpha=cfg.alpha, t_max=cfg.t_max, slots=slots)
     await sampler.sample()
-    sampler.samples_per_iteration = cfg.samples
+    sampler.samples_per_iteration = samples
     _, stats = await sampler.sample()
     return stats.summary()
 
@@ -149,7 +159,7 @@ async def _run_preset(cfg: SamplingBenchConfig, preset: str, log) -> list[Measur
         pool = SimulatorPool()
         for server in servers:
             await pool.add(server.address)
-        policies = _policies(cfg, pool)
+        policies = fixed_policies(cfg, pool)
         plan = [(policy, mode, n) for policy in policies for mode in cfg.modes for n in (cfg.clips if mode != "sc" else (1,))]
         if cfg.gym_reference:
             plan += [(policy, GYM_REFERENCE, n) for policy in policies for n in cfg.clips]
@@ -164,8 +174,9 @@ async def _run_preset(cfg: SamplingBenchConfig, preset: str, log) -> list[Measur
 
                     summary = measure_async_vector(n, cfg.servers, preset, weights, hidden, cfg.samples, cfg.seed + repeat)
                 else:
-                    runner = _runner(pool, hidden, weights, cfg.seed + repeat)
-                    summary = await _measure_mode(cfg, pool, runner, mode, n, cfg.seed + repeat)
+                    runner = runner_for(pool, hidden, weights, cfg.seed + repeat)
+                    summary = await measure_mode(cfg, pool, runner, mode, n, cfg.seed + repeat,
+                                                 warmup_samples=cfg.warmup_samples, samples=cfg.samples)
                 measurements.append(Measurement(preset, policy, mode, n, repeat, summary))
                 log(f"{preset:>10} {policy:>7} {mode:>9} clips={n:<3} repeat {repeat + 1}/{cfg.repeats}: "
                     f"effective {summary['effective_throughput']:,.0f}/s, eta {summary['validity']:.2f}, "
@@ -206,11 +217,17 @@ def run(cfg: SamplingBenchConfig, out_dir: Path, log=print) -> dict:
     for preset in cfg.presets:
         measurements += asyncio.run(_run_preset(cfg, preset, log))
     rows = aggregate(measurements)
+    lengths = []
+    if cfg.length_samples > 0:
+        from fast.bench.episode_length import measure_lengths
+
+        lengths = asyncio.run(measure_lengths(cfg, log))
     result = {
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.__dict__.items()},
         "started": started,
         "wall_clock_s": time.time() - started,
         "rows": rows,
+        "episode_length": lengths,
         "measurements": [m.__dict__ for m in measurements],
     }
     (out_dir / "sampling.json").write_text(json.dumps(result, indent=1, default=float))

@@ -42,7 +42,7 @@ def write_table(result: dict, path: Path) -> None:
                 f"## preset `{preset}`, policy `{policy}`",
                 "",
                 "| mode | clips | sampling s | speedup vs SC | raw steps/s | eta | time efficiency | effective steps/s "
-                "| mean ep. length (vs SC) | global resets / 1k valid |",
+                "| ep. length in window (vs SC) | global resets / 1k valid |",
                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             ]
             for r in rows:
@@ -55,7 +55,42 @@ def write_table(result: dict, path: Path) -> None:
                     f"({_fmt(r['episode_length_vs_sc'], 2)}) | {_fmt(r['global_resets_per_1k_valid'], 2)} |"
                 )
             lines.append("")
+    lines += _length_section(result)
     path.write_text("\n".join(lines))
+
+
+def _length_section(result: dict) -> list[str]:
+    rows = result.get("episode_length") or []
+    if not rows:
+        return ["The timed window's episode lengths above are biased short for multi-slot modes; "
+                "this run skipped the steady-state length measurement (length_samples 0).", ""]
+    cfg = result["config"]
+    lines = [
+        "## Episode length in steady state",
+        "",
+        "The timed window above starts right after every slot began its first episode together and is short, so "
+        "only short episodes end inside it: its lengths are biased short for every multi-slot mode. Here each "
+        f"configuration first runs {cfg['length_warmup_steps']} steps per slot, then counts every episode ending in "
+        f"the next {cfg['length_samples']} valid transitions (no emulated costs: lengths do not depend on them; "
+        "fast/bench/episode_length.py). Episodes cut by a global truncation (sgr, fast) count with the length "
+        "they reached.",
+        "",
+    ]
+    for policy in dict.fromkeys(r["policy"] for r in rows):
+        lines += [
+            f"### policy `{policy}`",
+            "",
+            "| mode | clips | episodes | mean length | vs SC | p10 / p50 / p90 | cut by truncation |",
+            "|---|---:|---:|---:|---:|---|---:|",
+        ]
+        for r in rows:
+            if r["policy"] != policy:
+                continue
+            percentiles = " / ".join(_fmt(q, 0) for q in r["p10_p50_p90"]) or "-"
+            lines.append(f"| {r['mode']} | {r['clips']} | {r['episodes']} | {_fmt(r['mean'], 1)} | "
+                         f"{_fmt(r['mean_vs_sc'], 2)} | {percentiles} | {_fmt(100 * r['cut_share'], 0)}% |")
+        lines.append("")
+    return lines
 
 
 def write_charts(rows: list[dict], out_dir: Path) -> list[Path]:
