@@ -10,6 +10,7 @@ import typer
 import yaml
 
 from fast.config import ConfigError, resolve_config
+from fast.processes import exit_with_parent
 
 app = typer.Typer(
     help="FAST: aligned sampling and training for parallel on-policy RL.",
@@ -63,6 +64,8 @@ def sim_server(
     from sim_server.config import ENV_PREFIX, SimServerConfig
     from sim_server.server import serve
 
+    exit_with_parent()  # started by a FAST job: stop with it, even if it was SIGKILLed
+
     overrides = dict(
         env=env, slots=slots, port=port, host=host, seed=seed, num_clips=num_clips, cost_preset=cost_preset,
         step_latency_s=step_latency_s, reset_fixed_s=reset_fixed_s, map_load_s=map_load_s,
@@ -100,6 +103,8 @@ def learner(
     from learner.config import ENV_PREFIX, LearnerConfig
     from learner.server import serve
 
+    exit_with_parent()  # started by a FAST job: stop with it, even if it was SIGKILLed
+
     overrides = dict(
         port=port, host=host, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
         keep_checkpoints=keep_checkpoints, device=device, seed=seed, lr=lr, update_epochs=update_epochs,
@@ -136,6 +141,8 @@ def broker(
     """
     from broker.config import ENV_PREFIX, BrokerConfig
     from broker.server import serve
+
+    exit_with_parent()  # started by a FAST job: stop with it, even if it was SIGKILLed
 
     overrides = dict(
         simulators=simulators, learner=learner, mode=mode, alpha=alpha, t_max=t_max,

@@ -1,22 +1,40 @@
 """Start FAST services as child processes, as a user would, and stop them for sure.
 
-A service prints one line "... listening on HOST:PORT ..." once it serves; `start_service`
-waits for that line (bounded) and returns the address. `stop` sends SIGTERM, waits, then
-SIGKILLs, so no test, benchmark or `fast` job leaves a process behind.
+A service prints one line "... listening on HOST:PORT ..." once it serves. `launch` starts
+`python -m fast <args>` and drains its output in a thread; `wait_listening` waits (bounded) for
+that line; `start_service` does both. `stop` sends SIGTERM, waits, then SIGKILLs, so no test,
+benchmark or `fast` job leaves a process behind while it lives.
+
+And after it dies: every child gets FAST_PARENT_PID, and a service started with it
+(`exit_with_parent`) stops itself, gracefully, once that parent is gone, even if the parent
+was killed with SIGKILL and could stop nobody.
+
+`launch(new_session=True)` puts the child in its own session. `fast train` wants that: a
+terminal sends SIGINT to its whole foreground process group, and children in that group
+would all stop at once (simulators vanishing under a broker mid-iteration, the learner
+before evaluation); in their own sessions only `fast train` sees the signal and stops them
+in the order it chooses.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import shlex
 import signal
+import stat
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 _LISTENING = re.compile(r"listening on (\S+)")
+PARENT_ENV = "FAST_PARENT_PID"
+
+log = logging.getLogger("fast.processes")
 
 
 @dataclass
@@ -24,7 +42,7 @@ class ServiceProcess:
     name: str
     process: subprocess.Popen
     address: str
-    output: list[str] = field(default_factory=list)  # lines printed after the ready line
+    output: list[str] = field(default_factory=list)  # everything it printed
 
     @property
     def pid(self) -> int:
@@ -51,39 +69,127 @@ class ServiceProcess:
             self.process.wait(timeout=10)
 
 
-def start_service(name: str, args: list[str], *, timeout_s: float = 60.0, env: dict[str, str] | None = None) -> ServiceProcess:
-    """Run `python -m fast <args>` and wait for its listening line."""
-    cmd = [sys.executable, "-m", "fast", *args]
+@dataclass
+class Launch:
+    """A child started but maybe not listening yet."""
+
+    name: str
+    command: list[str]
+    env: dict[str, str]  # the variables set on top of the parent's environment
+    process: subprocess.Popen
+    lines: list[str] = field(default_factory=list)  # everything it printed
+    found: list[str] = field(default_factory=list)  # its address, once printed
+    ready: threading.Event = field(default_factory=threading.Event)  # set on the listening line or on exit
+
+    def shell_line(self) -> str:
+        """The command as a user would type it (for config.yaml and error messages)."""
+        prefix = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
+        return " ".join(prefix + [shlex.quote(part) for part in self.command])
+
+
+class StartupError(RuntimeError):
+    """A service exited or stayed silent before listening; the message holds its last lines."""
+
+
+def launch(name: str, args: list[str], env: dict[str, str] | None = None, *, new_session: bool = False) -> Launch:
+    """Run `python -m fast <args>`; drain its output in a thread for its whole life."""
+    command = [sys.executable, "-m", "fast", *args]
+    extra = dict(env or {})
     process = subprocess.Popen(
-        cmd,
+        command,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid()), **extra},
+        start_new_session=new_session,
     )
-    lines: list[str] = []
-    found: list[str] = []
-    ready = threading.Event()
+    child = Launch(name, command, extra, process)
 
     def pump() -> None:
         # Drain the child's output for its whole life so it never blocks on a full pipe.
         assert process.stdout is not None
         for line in process.stdout:
-            lines.append(line.rstrip("\n"))
-            if not found:
+            child.lines.append(line.rstrip("\n"))
+            if not child.found:
                 match = _LISTENING.search(line)
                 if match:
-                    found.append(match.group(1))
-                    ready.set()
-        ready.set()
+                    child.found.append(match.group(1))
+                    child.ready.set()
+        child.ready.set()
 
     threading.Thread(target=pump, name=f"{name}-output", daemon=True).start()
-    deadline = time.monotonic() + timeout_s
-    while not ready.wait(timeout=0.05):
-        if time.monotonic() > deadline:
+    return child
+
+
+def wait_listening(child: Launch, deadline: float, abort: Callable[[], bool] = lambda: False) -> ServiceProcess:
+    """Block until `child` prints its listening line (or exits, the deadline passes, or abort() is true)."""
+    while not child.ready.wait(timeout=0.05):
+        if time.monotonic() > deadline or abort():
             break
-    if not found:
-        service = ServiceProcess(name, process, "", lines)
-        service.stop(timeout_s=5)
-        raise RuntimeError(f"{name} did not start ({' '.join(cmd)}): " + " | ".join(lines[-20:]))
-    return ServiceProcess(name, process, found[0], lines)
+    if not child.found:
+        if abort():
+            raise StartupError(f"start-up of {child.name} abandoned: a stop was asked for")
+        code = child.process.poll()
+        why = f"exited with code {code}" if code is not None else "did not print its listening line in time"
+        tail = " | ".join(child.lines[-20:]) or "(no output)"
+        raise StartupError(f"{child.name} {why} ({child.shell_line()}): {tail}")
+    return ServiceProcess(child.name, child.process, child.found[0], child.lines)
+
+
+def stop(child: Launch, timeout_s: float) -> int | None:
+    """SIGTERM, wait up to timeout_s, then SIGKILL; returns the exit code (None if it would not die)."""
+    try:
+        return ServiceProcess(child.name, child.process, "", child.lines).stop(timeout_s=timeout_s)
+    except subprocess.TimeoutExpired:  # not even SIGKILL reaped it in time (a process in D state)
+        return child.process.poll()
+
+
+def start_service(name: str, args: list[str], *, timeout_s: float = 60.0, env: dict[str, str] | None = None) -> ServiceProcess:
+    """Run `python -m fast <args>` and wait for its listening line; StartupError (stopped) if it never comes."""
+    child = launch(name, args, env)
+    try:
+        return wait_listening(child, time.monotonic() + timeout_s)
+    except StartupError:
+        stop(child, timeout_s=5)
+        raise
+
+
+def exit_with_parent(poll_s: float = 0.5) -> None:
+    """SIGTERM this process once the parent named by FAST_PARENT_PID is gone.
+
+    Only when that parent is our actual parent at start: a variable inherited from elsewhere
+    (a shell that once ran under `fast train`) must not stop a service that a user started.
+    The signal goes through the service's own SIGTERM path: drain, final checkpoint, exit 0.
+    """
+    value = os.environ.get(PARENT_ENV, "")
+    if not value.isdigit() or int(value) != os.getppid():
+        return
+    parent = int(value)
+
+    def watch() -> None:
+        while os.getppid() == parent:  # a dead parent's children are re-parented at once
+            time.sleep(poll_s)
+        _detach_dead_pipes()
+        log.warning("parent process %d is gone; stopping", parent)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _detach_dead_pipes() -> None:
+    """Point stdout/stderr at /dev/null where they are pipes: their reader was the dead parent.
+
+    Otherwise the next line a service prints while it shuts down ("draining", "final
+    checkpoint ...") raises BrokenPipeError and the shutdown never reaches the checkpoint.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in (1, 2):
+            try:
+                if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    os.dup2(devnull, fd)
+            except OSError:
+                pass
+    finally:
+        os.close(devnull)

@@ -128,6 +128,43 @@ def test_train_sigint_mid_run_stops_every_process(tmp_path: Path) -> None:
     assert (tmp_path / "interrupted" / "report.md").is_file()
 
 
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie waits for whoever adopted it to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.slow
+def test_train_killed_with_sigkill_leaves_no_process_behind(tmp_path: Path) -> None:
+    process = fast_train(tmp_path, "killed", "--iterations", "1000", *TINY)
+    run_dir = tmp_path / "killed"
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not ((run_dir / "metrics.jsonl").is_file() and (run_dir / "metrics.jsonl").read_text().count("\n") >= 1):
+        if process.poll() is not None or time.monotonic() > deadline:
+            finish(process, 5)
+            pytest.fail("fast train ended or stalled before its first iteration")
+        time.sleep(0.2)
+    pids = recorded_pids(run_dir)
+    assert len(pids) == 4
+
+    process.kill()  # SIGKILL: fast train stops nobody
+    process.communicate(timeout=10)
+    deadline = time.monotonic() + 60
+    while any(_running(pid) for pid in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [f"{name} (pid {pid})" for name, pid in pids.items() if _running(pid)]
+    for pid in pids.values():  # never leave one behind, even when the assertion below fails
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"still running 60 s after fast train was SIGKILLed: {', '.join(left)}"
+    # They stopped through their SIGTERM path: the learner wrote a final checkpoint past version 0.
+    versions = [int(p.stem.split("-")[1]) for p in (run_dir / "checkpoints").glob("ckpt-*.pt")]
+    assert max(versions) >= 1
+
+
 def test_train_refuses_a_used_run_directory(tmp_path: Path) -> None:
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "metrics.jsonl").write_text("")

@@ -3,7 +3,6 @@
 | module | job |
 | --- | --- |
 | `config.py` | `TrainConfig`: every setting and default of a run, validated once |
-| `stack.py` | launching the services in their own sessions, waiting for them, stopping them |
 | `monitor.py` | broker status, metrics.jsonl tail, TensorBoard scalars, the progress bar |
 | `evaluation.py` | the final policy against a random one on the held-out clips (eval.json) |
 | `report.py` | report.md and its plots from a run directory |

@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from fast.train import stack
+from fast import processes as stack
 from fast.train.config import HOLDOUT_EVERY, TrainConfig
 from fast.train.monitor import BrokerStatus, MetricsTail, ProgressView, TensorBoardSink
 from fast.train.report import ReportError, write_report
@@ -102,7 +102,7 @@ class TrainingRun:
         deadline = time.monotonic() + cfg.startup_timeout_s
         stopping = lambda: bool(self.signals.received)  # noqa: E731
         for i in range(cfg.servers):
-            self.sims.append(stack.launch(f"sim-server-{i}", [
+            self.sims.append(stack.launch(f"sim-server-{i}", new_session=True, args=[
                 "sim-server", "--env", cfg.env, "--slots", str(cfg.slots), "--host", "127.0.0.1", "--port", "0",
                 "--cost-preset", cfg.cost_preset,
             ]))
