@@ -15,8 +15,10 @@ COPY learner ./learner
 COPY broker ./broker
 RUN pip install --no-cache-dir .
 
-RUN useradd --create-home --uid 10001 fast
+# /data holds the learner's checkpoints and the broker's metrics; owned by the service user so
+# that a fresh named volume mounted there is writable.
+RUN useradd --create-home --uid 10001 fast && mkdir -p /data/checkpoints /data/run && chown -R fast /data
 USER fast
-EXPOSE 50051
+EXPOSE 50051 50052 50053
 ENTRYPOINT ["fast"]
 CMD ["sim-server", "--host", "0.0.0.0", "--port", "50051"]

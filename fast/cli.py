@@ -329,5 +329,28 @@ def play(
         _fail(str(exc))
 
 
+@app.command("health")
+def health(
+    address: Annotated[str, typer.Argument(help="HOST:PORT of a FAST service (sim-server, learner, broker).")],
+    timeout_s: Annotated[float, typer.Option(min=0.1, help="Deadline of the check.")] = 3.0,
+) -> None:
+    """Ask a service's standard gRPC health service; exit 0 when it is SERVING, 1 otherwise.
+
+    For container health checks and readiness scripts: `fast health 127.0.0.1:50051`.
+    """
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
+        except grpc.RpcError as exc:
+            typer.echo(f"{address}: {exc.code().name}: {exc.details()}", err=True)
+            raise typer.Exit(code=1)
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    typer.echo(f"{address}: {status}")
+    raise typer.Exit(code=0 if reply.status == health_pb2.HealthCheckResponse.SERVING else 1)
+
+
 if __name__ == "__main__":
     app()

@@ -9,6 +9,12 @@ from pathlib import Path
 
 import compose
 import pytest
+import yaml
+
+from broker.config import BrokerConfig
+from fast.config import ConfigError, resolve_config
+from learner.config import LearnerConfig
+from sim_server.config import SimServerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_BIN = Path(compose.__file__).parent / "docker-compose"  # the Go binary, not the Python wrapper
@@ -42,3 +48,66 @@ def test_image_copies_every_package() -> None:
     copied = set(re.findall(r"^COPY (\w+) ", dockerfile, flags=re.M))
     packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests", "benchmarks"}
     assert packages <= copied, f"Dockerfile does not copy {sorted(packages - copied)}"
+
+
+def _compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def _k8s_documents() -> list[dict]:
+    return [doc for path in sorted((ROOT / "deploy" / "k8s").glob("*.yaml"))
+            for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def _k8s_env(kind: str, name: str) -> dict[str, str]:
+    doc = next(d for d in _k8s_documents() if d["kind"] == kind and d["metadata"]["name"] == name)
+    (container,) = doc["spec"]["template"]["spec"]["containers"]
+    return {item["name"]: item["value"] for item in container.get("env", [])}
+
+
+_CONFIGS = {"FAST_SIM_": SimServerConfig, "FAST_LEARNER_": LearnerConfig, "FAST_BROKER_": BrokerConfig}
+
+
+def _check_settings(environment: dict[str, str], where: str) -> None:
+    """Every FAST_* variable names a real setting, and the settings of each service validate."""
+    for prefix, model in _CONFIGS.items():
+        ours = {k: v for k, v in environment.items() if k.startswith(prefix)}
+        if not ours:
+            continue
+        unknown = sorted(k for k in ours if k[len(prefix):].lower() not in model.model_fields)
+        assert not unknown, f"{where}: {unknown} are no settings of {model.__name__}"
+        resolve_config(model, environ=ours, env_prefix=prefix)  # raises ConfigError naming the field
+
+
+def test_compose_settings_are_real_and_the_services_point_at_each_other() -> None:
+    services = _compose()["services"]
+    assert {"sim-server", "learner", "broker"} <= set(services)
+    for name, service in services.items():
+        _check_settings(service["environment"], f"docker-compose.yml service {name}")
+    broker = services["broker"]["environment"]
+    learner_host, learner_port = broker["FAST_BROKER_LEARNER"].rsplit(":", 1)
+    assert learner_host == "learner" and learner_port == services["learner"]["environment"]["FAST_LEARNER_PORT"]
+    assert broker["FAST_BROKER_SIMULATORS"] == f"dns:///sim-server:{services['sim-server']['environment']['FAST_SIM_PORT']}"
+    # Each service's health check asks its own port.
+    for name, variable in (("sim-server", "FAST_SIM_PORT"), ("learner", "FAST_LEARNER_PORT"), ("broker", "FAST_BROKER_PORT")):
+        assert services[name]["healthcheck"]["test"][-1] == f"127.0.0.1:{services[name]['environment'][variable]}"
+
+
+def test_kubernetes_settings_are_real_and_the_broker_finds_both_services() -> None:
+    sim = _k8s_env("Deployment", "fast-sim-server")
+    learner = _k8s_env("Deployment", "fast-learner")
+    broker = _k8s_env("Job", "fast-broker")
+    for where, environment in (("sim-server", sim), ("learner", learner), ("broker", broker)):
+        _check_settings(environment, f"deploy/k8s {where}")
+    services = {d["metadata"]["name"]: d for d in _k8s_documents() if d["kind"] == "Service"}
+    assert services["fast-sim-server"]["spec"]["clusterIP"] == "None"  # headless: DNS gives every pod
+    assert broker["FAST_BROKER_SIMULATORS"] == f"dns:///fast-sim-server:{sim['FAST_SIM_PORT']}"
+    assert broker["FAST_BROKER_LEARNER"] == f"fast-learner:{services['fast-learner']['spec']['ports'][0]['port']}"
+    assert str(services["fast-learner"]["spec"]["ports"][0]["port"]) == learner["FAST_LEARNER_PORT"]
+
+
+def test_settings_check_catches_a_misspelt_variable() -> None:
+    with pytest.raises(AssertionError, match="FAST_BROKER_ITERATONS"):
+        _check_settings({"FAST_BROKER_ITERATONS": "3"}, "test")
+    with pytest.raises(ConfigError, match="iterations"):
+        _check_settings({"FAST_BROKER_SIMULATORS": "a:1", "FAST_BROKER_LEARNER": "b:2", "FAST_BROKER_ITERATIONS": "-1"}, "test")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -189,6 +192,20 @@ def test_health_check_and_reflection(takeover_server) -> None:
         (answer,) = list(reflection.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10))
         names = {s.name for s in answer.list_services_response.service}
         assert {"fast.v1.Simulator", "grpc.health.v1.Health"} <= names
+
+
+def test_fast_health_command_for_container_health_checks(takeover_server) -> None:
+    def health(address: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "fast", "health", address, "--timeout-s", "3"],
+                              capture_output=True, text=True, timeout=60)
+
+    done = health(takeover_server.address)
+    assert done.returncode == 0 and "SERVING" in done.stdout
+    with socket.socket() as free:  # a port nothing listens on
+        free.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{free.getsockname()[1]}"
+    done = health(closed)
+    assert done.returncode == 1 and f"{closed}: UNAVAILABLE" in done.stderr
 
 
 def test_deadline_exceeded_leaves_slots_unchanged() -> None:
