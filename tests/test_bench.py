@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fast.bench.sampling import Measurement, SamplingBenchConfig, aggregate, spread_slots
 from fast.bench.learning_curve import time_to_target, version_clock
-from fast.bench.train import summarize, TrainBenchConfig, training_curve
+from fast.bench.sampling import Measurement, SamplingBenchConfig, aggregate, spread_slots
+from fast.bench.train import TrainBenchConfig, summarize, training_curve
 
 
 def _fast(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
