@@ -285,12 +285,22 @@ def bench_train(
     eval_episodes_per_clip: Annotated[int, typer.Option(min=1, help="Held-out episodes per clip at each evaluated version.")] = 2,
     target_return: Annotated[float, typer.Option(help="Held-out return whose wall-clock is reported.")] = 80.0,
     out: Annotated[Optional[Path], typer.Option(help="Output directory. \\[default: runs/bench-train-<timestamp>]")] = None,
+    report_only: Annotated[bool, typer.Option(help="Train nothing: recompute the summary and rewrite the report of --out's train.json.")] = False,
 ) -> None:
     """Held-out return against wall-clock per mode and seed (one fast train each); time to a target return, PNG curves."""
     import time as _time
 
-    from fast.bench.train import TrainBenchConfig, run
+    from fast.bench.train import TrainBenchConfig, rewrite_report, run
 
+    if report_only:
+        if out is None:
+            _fail("--report-only needs --out, the directory of a finished benchmark")
+        try:
+            rewrite_report(out)
+        except (ValueError, OSError, TypeError) as exc:
+            _fail(str(exc))
+        typer.echo(f"results: {out / 'train.md'}")
+        return
     try:
         cfg = TrainBenchConfig(modes=_csv(modes, str, "--modes"), clips=clips, seeds=seeds, servers=servers, preset=preset,
                                iterations=iterations, samples_per_iteration=samples_per_iteration,

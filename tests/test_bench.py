@@ -124,20 +124,32 @@ def test_time_to_target_is_the_first_point_at_or_above_it() -> None:
     assert time_to_target(points, 90.0) is None
 
 
-def test_summary_shows_a_median_only_when_every_run_reached_the_target() -> None:
-    def record(mode, seed, reached, training_s):
-        curve = [{"version": 0, "time_s": 0.0, "transitions": 0, "return_mean": 48.0},
-                 {"version": 10, "time_s": training_s, "transitions": 1000, "return_mean": 75.0 if reached else 60.0}]
-        return {"mode": mode, "seed": seed, "time_to_target_s": training_s if reached else None,
-                "transitions_to_target": 1000 if reached else None, "training_s": training_s,
-                "initial_return": 48.0, "final_return": curve[-1]["return_mean"], "eval_curve": curve}
-    records = [record("sc", 0, True, 100.0), record("sc", 1, True, 120.0),
-               record("fast", 0, True, 40.0), record("fast", 1, False, 50.0)]
-    rows = {row["mode"]: row for row in summarize(records, TrainBenchConfig(modes=("sc", "fast"), seeds=2))}
-    assert rows["sc"]["time_to_target_median_s"] == 110.0 and rows["sc"]["speedup_to_target_vs_sc"] == 1.0
-    assert rows["fast"]["reached_target"] == 1 and rows["fast"]["time_to_target_median_s"] is None
-    assert rows["fast"]["speedup_to_target_vs_sc"] is None
+def _record(mode: str, seed: int, reached: bool, training_s: float, reached_at: float | None = None) -> dict:
+    curve = [{"version": 0, "time_s": 0.0, "transitions": 0, "return_mean": 48.0},
+             {"version": 10, "time_s": training_s, "transitions": 1000, "return_mean": 75.0 if reached else 60.0}]
+    return {"mode": mode, "seed": seed, "time_to_target_s": (reached_at or training_s) if reached else None,
+            "transitions_to_target": 1000 if reached else None, "training_s": training_s,
+            "initial_return": 48.0, "final_return": curve[-1]["return_mean"], "eval_curve": curve}
+
+
+def test_summary_censors_runs_that_never_reached_the_target_at_their_training_time() -> None:
+    config = TrainBenchConfig(modes=("sc", "fast"), seeds=2)
+    rows = {row["mode"]: row for row in summarize(
+        [_record("sc", 0, True, 100.0), _record("sc", 1, True, 120.0),
+         _record("fast", 0, True, 40.0), _record("fast", 1, False, 50.0)], config)}
+    assert rows["sc"]["time_to_target_median_s"] == 110.0 and rows["sc"]["time_to_target_exact"]
+    assert rows["sc"]["speedup_to_target_vs_sc"] == 1.0
+    # fast: one run at 40 s, one not there by its end at 50 s: more than 45 s, no speedup claimed.
+    assert rows["fast"]["reached_target"] == 1 and rows["fast"]["time_to_target_median_s"] == 45.0
+    assert not rows["fast"]["time_to_target_exact"] and rows["fast"]["speedup_to_target_vs_sc"] is None
     assert rows["fast"]["speedup_training_vs_sc"] == pytest.approx(110.0 / 45.0)
+
+    # SC never got there in 100 and 120 s; fast did at 30 and 40 s: a speedup of at least 110 / 35.
+    rows = {row["mode"]: row for row in summarize(
+        [_record("sc", 0, False, 100.0), _record("sc", 1, False, 120.0),
+         _record("fast", 0, True, 45.0, reached_at=30.0), _record("fast", 1, True, 45.0, reached_at=40.0)], config)}
+    assert rows["fast"]["speedup_to_target_vs_sc"] == pytest.approx(110.0 / 35.0)
+    assert rows["fast"]["speedup_to_target_is_lower_bound"] and not rows["sc"]["speedup_to_target_is_lower_bound"]
 
 
 def test_bench_train_tiny_runs_fast_train_per_mode_and_seed_and_evaluates_checkpoints(tmp_path: Path) -> None:
@@ -160,6 +172,13 @@ def test_bench_train_tiny_runs_fast_train_per_mode_and_seed_and_evaluates_checkp
     assert result["runs"][0]["eval_curve"][0]["return_mean"] == result["runs"][1]["eval_curve"][0]["return_mean"]
     assert {row["mode"] for row in result["summary"]} == {"sc", "fast"}
     assert "| fast | 1 | 1 |" in (out / "train.md").read_text() and (out / "train_curves.png").stat().st_size > 0
+    # --report-only rewrites the report from train.json, training nothing.
+    (out / "train.md").unlink()
+    done = _fast("bench", "train", "--report-only", "--out", str(out), timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "| fast | 1 | 1 |" in (out / "train.md").read_text() and len(list((out / "runs").iterdir())) == 2
+    done = _fast("bench", "train", "--report-only", timeout=60)
+    assert done.returncode == 2 and "--report-only needs --out" in done.stderr
 
 
 def test_bench_sampling_serves_a_gymnasium_env(tmp_path: Path) -> None:
