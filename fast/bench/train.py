@@ -228,7 +228,7 @@ def write_report(result: dict, out_dir: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(f"held-out return ({cfg['eval_episodes_per_clip']} episodes per held-out clip)")
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"{cfg['clips']} clips, preset {cfg['preset']} (emulated costs), {cfg['seeds']} seeds: "
+    fig.suptitle(f"{cfg['clips']} clips, cost preset {cfg['preset']}, {cfg['seeds']} seeds: "
                  "thin lines are seeds, thick their mean")
     fig.tight_layout()
     fig.savefig(out_dir / "train_curves.png", dpi=90)
@@ -237,11 +237,13 @@ def write_report(result: dict, out_dir: Path) -> None:
     def fmt(value, digits=1):
         return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{value:,.{digits}f}"
 
+    costs = ("no emulated simulator cost: the workload's own compute and the gRPC transport" if cfg["preset"] == "off"
+             else "simulator costs **emulated**, docs/cost_model.md")
     lines = [
         "# Training benchmark",
         "",
         f"`fast train` per mode and seed: {cfg['clips']} clips over {cfg['servers']} servers, cost preset "
-        f"`{cfg['preset']}` (simulator costs **emulated**, docs/cost_model.md), {cfg['iterations']} iterations of "
+        f"`{cfg['preset']}` ({costs}), {cfg['iterations']} iterations of "
         f"{cfg['samples_per_iteration']} valid transitions, {cfg['update_epochs']} PPO epochs, seeds 0-{cfg['seeds'] - 1}. "
         f"Every {cfg['checkpoint_every']}th policy version played deterministically on the same held-out episodes "
         f"({cfg['eval_episodes_per_clip']} per held-out clip, evaluation seed {cfg['eval_seed']}), after the run, off its clock. "
