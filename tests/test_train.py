@@ -149,6 +149,8 @@ def test_train_killed_with_sigkill_leaves_no_process_behind(tmp_path: Path) -> N
         time.sleep(0.2)
     pids = recorded_pids(run_dir)
     assert len(pids) == 4
+    # Each child leads a session of its own, so a terminal's Ctrl-C reaches only fast train.
+    assert all(os.getsid(pid) == pid for pid in pids.values())
 
     process.kill()  # SIGKILL: fast train stops nobody
     process.communicate(timeout=10)

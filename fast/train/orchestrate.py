@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from fast import processes as stack
+from fast import processes
 from fast.train.config import HOLDOUT_EVERY, TrainConfig
 from fast.train.monitor import BrokerStatus, MetricsTail, ProgressView, TensorBoardSink
 from fast.train.report import ReportError, write_report
@@ -32,6 +32,12 @@ from fast.train.report import ReportError, write_report
 POLL_S = 0.5  # status polling period (~2 Hz)
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _BROKER_TAIL_LINES = 20
+
+
+def _launch(name: str, args: list[str], env: dict[str, str] | None = None) -> processes.Launch:
+    # Every child in a session of its own: a terminal's Ctrl-C reaches only `fast train`,
+    # which stops them in its order (docs/train.md).
+    return processes.launch(name, args, env, new_session=True)
 
 
 class TrainError(RuntimeError):
@@ -85,9 +91,9 @@ class TrainingRun:
         self.signals = signals
         self.run_dir = cfg.run_dir.resolve()
         self.started_at = datetime.now(timezone.utc)
-        self.sims: list[stack.Launch] = []
-        self.learner: stack.Launch | None = None
-        self.broker: stack.Launch | None = None
+        self.sims: list[processes.Launch] = []
+        self.learner: processes.Launch | None = None
+        self.broker: processes.Launch | None = None
         self.initial_policy = None  # version 0's weights, for the evaluation
         self.addresses: dict[str, str] = {}
         self.iterations_done = 0
@@ -102,11 +108,11 @@ class TrainingRun:
         deadline = time.monotonic() + cfg.startup_timeout_s
         stopping = lambda: bool(self.signals.received)  # noqa: E731
         for i in range(cfg.servers):
-            self.sims.append(stack.launch(f"sim-server-{i}", new_session=True, args=[
+            self.sims.append(_launch(f"sim-server-{i}", [
                 "sim-server", "--env", cfg.env, "--slots", str(cfg.slots), "--host", "127.0.0.1", "--port", "0",
                 "--cost-preset", cfg.cost_preset,
             ]))
-        self.learner = stack.launch("learner", [
+        self.learner = _launch("learner", [
             "learner", "--host", "127.0.0.1", "--port", "0", "--checkpoint-dir", str(self.run_dir / "checkpoints"),
             "--seed", str(cfg.seed), "--lr", repr(cfg.lr), "--update-epochs", str(cfg.update_epochs),
             "--num-minibatches", str(cfg.num_minibatches), "--checkpoint-every", str(cfg.checkpoint_every),
@@ -116,22 +122,22 @@ class TrainingRun:
         # Importing torch and tensorboard takes seconds; done while the children start up.
         self._tb = TensorBoardSink(self.run_dir / "tb")
         for child in [*self.sims, self.learner]:
-            self.addresses[child.name] = stack.wait_listening(child, deadline, stopping).address
+            self.addresses[child.name] = processes.wait_listening(child, deadline, stopping).address
         if cfg.eval_episodes_per_clip > 0:
             from fast.train.evaluation import capture_initial_policy
 
             self.initial_policy = asyncio.run(capture_initial_policy(self.addresses[self.sims[0].name], self.addresses["learner"]))
-        self.broker = stack.launch("broker", [
+        self.broker = _launch("broker", [
             "broker", "--simulators", ",".join(self.addresses[s.name] for s in self.sims),
             "--learner", self.addresses["learner"], "--mode", cfg.mode, "--alpha", repr(cfg.alpha),
             "--t-max", str(cfg.t_max), "--samples-per-iteration", str(cfg.samples_per_iteration),
             "--iterations", str(cfg.iterations), "--seed", str(cfg.seed), "--run-dir", str(self.run_dir),
             "--host", "127.0.0.1", "--port", "0",
         ], env={"FAST_BROKER_HOLDOUT_EVERY": str(HOLDOUT_EVERY)})
-        self.addresses["broker"] = stack.wait_listening(self.broker, deadline, stopping).address
+        self.addresses["broker"] = processes.wait_listening(self.broker, deadline, stopping).address
         self.write_config()
 
-    def children(self) -> list[stack.Launch]:
+    def children(self) -> list[processes.Launch]:
         """Every child, in stopping order: broker, learner, simulators."""
         return [c for c in [self.broker, self.learner, *self.sims] if c is not None]
 
@@ -201,13 +207,13 @@ class TrainingRun:
         if self.broker is not None and self.broker.process.poll() is None:
             timeout_s = self.cfg.stop_timeout_s if keep_iteration else min(5.0, self.cfg.stop_timeout_s)
             self.console.print(f"stopping the broker (at most {timeout_s:g} s)", highlight=False)
-            stack.stop(self.broker, timeout_s)
+            processes.stop(self.broker, timeout_s)
         self._drain_metrics()
 
     def stop_all(self) -> None:
         """Broker, learner (final checkpoint), simulators; each SIGTERM then SIGKILL, bounded."""
         for child in self.children():
-            stack.stop(child, self.cfg.stop_timeout_s)
+            processes.stop(child, self.cfg.stop_timeout_s)
         self._drain_metrics()
         if self._tb is not None:
             self._tb.close()
@@ -265,7 +271,7 @@ def train(cfg: TrainConfig, console: Console | None = None) -> int:
                 signals.escalate = False
             timings["evaluation_s"] = time.perf_counter() - began
             _print_evaluation(console, result)
-    except stack.StartupError as exc:
+    except processes.StartupError as exc:
         outcome, error = ("interrupted" if signals.received else "failed"), str(exc)
     except KeyboardInterrupt:
         outcome = "interrupted"
