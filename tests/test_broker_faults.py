@@ -28,25 +28,30 @@ def _port(address: str) -> str:
     return address.rsplit(":", 1)[1]
 
 
+class FaultAtStep(SimulatorPool):
+    """A pool that calls `fault()` just before its `at_step`-th Step call, from inside the sampler."""
+
+    def __init__(self, timeouts: PoolTimeouts, *, at_step: int, fault) -> None:
+        super().__init__(timeouts)
+        self.at_step, self.fault, self.steps = at_step, fault, 0
+
+    async def step(self, slots, env_actions, **kw):
+        self.steps += 1
+        if self.steps == self.at_step:
+            self.fault()
+        return await super().step(slots, env_actions, **kw)
+
+
 def test_killed_simulator_masks_its_slots_and_is_readmitted() -> None:
     sim_args = ["sim-server", "--slots", "3", "--step-latency-s", "0.003"]
     a = start_service("sim-a", [*sim_args, "--port", "0"])
     b = start_service("sim-b", [*sim_args, "--port", "0"])
     restarted = []
     try:
-        class KillingPool(SimulatorPool):
-            """Kills server b just before the 3rd lock-step Step: mid-round, while its slots act."""
-
-            steps = 0
-
-            async def step(self, slots, env_actions, **kw):
-                self.steps += 1
-                if self.steps == 3:
-                    b.kill()
-                return await super().step(slots, env_actions, **kw)
-
         async def go():
-            pool = KillingPool(PoolTimeouts(step_s=2.0, reset_s=5.0, describe_s=1.0, backoff_initial_s=0.1, backoff_max_s=0.3))
+            # Kills server b just before the 3rd lock-step Step: mid-round, while its slots act.
+            pool = FaultAtStep(PoolTimeouts(step_s=2.0, reset_s=5.0, describe_s=1.0, backoff_initial_s=0.1, backoff_max_s=0.3),
+                               at_step=3, fault=b.kill)
             await pool.add(a.address)
             await pool.add(b.address)
             runner = PolicyRunner(pool.observation_space, pool.action_space, (16,), seed=0)
@@ -176,19 +181,10 @@ def test_stalled_simulator_times_out_and_is_readmitted_when_it_resumes() -> None
     sim_args = ["sim-server", "--slots", "2", "--step-latency-s", "0.002", "--port", "0"]
     a, b = start_service("sim-a", sim_args), start_service("sim-b", sim_args)
     try:
-        class StallingPool(SimulatorPool):
-            """Stops server b (SIGSTOP) just before the 5th Step: mid-iteration, while its slots act."""
-
-            steps = 0
-
-            async def step(self, slots, env_actions, **kw):
-                self.steps += 1
-                if self.steps == 5:
-                    os.kill(b.pid, signal.SIGSTOP)
-                return await super().step(slots, env_actions, **kw)
-
         async def go():
-            pool = StallingPool(PoolTimeouts(step_s=0.5, reset_s=1.0, describe_s=0.5, backoff_initial_s=0.1, backoff_max_s=0.3))
+            # Stops server b (SIGSTOP) just before the 5th Step: mid-iteration, while its slots act.
+            pool = FaultAtStep(PoolTimeouts(step_s=0.5, reset_s=1.0, describe_s=0.5, backoff_initial_s=0.1, backoff_max_s=0.3),
+                               at_step=5, fault=lambda: os.kill(b.pid, signal.SIGSTOP))
             await pool.add(a.address)
             await pool.add(b.address)
             runner = PolicyRunner(pool.observation_space, pool.action_space, (16,), seed=0)

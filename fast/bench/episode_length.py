@@ -16,45 +16,27 @@ this runs on servers without emulated costs, which keeps it cheap.
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
 
-from broker.pool import SimulatorPool
-from fast.bench.sampling import SamplingBenchConfig, fixed_policies, measure_mode, runner_for
-from fast.processes import ServiceProcess, start_service
+from fast.bench.sampling import SamplingBenchConfig, fixed_policies, measure_mode, runner_for, simulator_pool
 
 
 async def measure_lengths(cfg: SamplingBenchConfig, log=print) -> list[dict]:
     """One row per (policy, mode, clips): episodes, mean, percentiles, cut share and the ratio to SC."""
-    per_server = math.ceil(max(cfg.clips) / cfg.servers)
-    servers: list[ServiceProcess] = []
     rows = []
-    try:
-        for i in range(cfg.servers):
-            servers.append(start_service(f"sim-lengths-{i}", [
-                "sim-server", "--env", cfg.env, "--slots", str(per_server), "--port", "0", "--cost-preset", "off",
-            ]))
-        pool = SimulatorPool()
-        for server in servers:
-            await pool.add(server.address)
-        try:
-            for policy, (hidden, weights) in fixed_policies(cfg, pool).items():
-                for mode in cfg.modes:
-                    for clips in (cfg.clips if mode != "sc" else (1,)):
-                        started = time.perf_counter()
-                        summary = await measure_mode(
-                            cfg, pool, runner_for(pool, hidden, weights, cfg.seed), mode, clips, cfg.seed,
-                            warmup_samples=cfg.length_warmup_steps * clips, samples=cfg.length_samples)
-                        rows.append(length_row(policy, mode, clips, summary))
-                        log(f"episode length {policy:>7} {mode:>9} clips={clips:<3}: mean {rows[-1]['mean']:.1f} "
-                            f"over {rows[-1]['episodes']} episodes ({time.perf_counter() - started:.1f} s)")
-        finally:
-            await pool.close()
-    finally:
-        for server in servers:
-            server.stop()
+    async with simulator_pool(cfg, "off") as pool:
+        for policy, (hidden, weights) in fixed_policies(cfg, pool).items():
+            for mode in cfg.modes:
+                for clips in (cfg.clips if mode != "sc" else (1,)):
+                    started = time.perf_counter()
+                    summary = await measure_mode(
+                        cfg, pool, runner_for(pool, hidden, weights, cfg.seed), mode, clips, cfg.seed,
+                        warmup_samples=cfg.length_warmup_steps * clips, samples=cfg.length_samples)
+                    rows.append(length_row(policy, mode, clips, summary))
+                    log(f"episode length {policy:>7} {mode:>9} clips={clips:<3}: mean {rows[-1]['mean']:.1f} "
+                        f"over {rows[-1]['episodes']} episodes ({time.perf_counter() - started:.1f} s)")
     reference = {r["policy"]: r for r in rows if r["mode"] == "sc"}
     for row in rows:
         sc = reference.get(row["policy"])

@@ -17,6 +17,8 @@ repeats are reported. `sc` is one slot whatever N and is the reference for speed
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 import json
 import math
 import statistics
@@ -31,7 +33,6 @@ from broker.lockstep import LockstepSampler
 from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
 from broker.ver import VerSampler
-from fast.processes import ServiceProcess, start_service
 
 MODES = ("sc", "autoreset", "sgr", "ver", "fast")
 GYM_REFERENCE = "gym-async"  # Gymnasium AsyncVectorEnv with per-env autoreset (fast/bench/gym_reference.py)
@@ -147,18 +148,30 @@ async def measure_mode(cfg: SamplingBenchConfig, pool: SimulatorPool, runner: Po
     return stats.summary()
 
 
-async def _run_preset(cfg: SamplingBenchConfig, preset: str, log) -> list[Measurement]:
-    per_server = math.ceil(max(cfg.clips) / cfg.servers)
-    servers: list[ServiceProcess] = []
-    measurements: list[Measurement] = []
+@asynccontextmanager
+async def simulator_pool(cfg: SamplingBenchConfig, preset: str) -> AsyncIterator[SimulatorPool]:
+    """`cfg.servers` sim-server processes under `preset`, with slots for the largest clip count, as one pool.
+
+    The servers are stopped on exit, whatever happened.
+    """
+    from fast.compare.run import Workload, start_simulators
+
+    servers = start_simulators(Workload(cfg.env, (), cfg.holdout_every), cfg.servers,
+                               math.ceil(max(cfg.clips) / cfg.servers), ("--cost-preset", preset))
+    pool = SimulatorPool()
     try:
-        for i in range(cfg.servers):
-            servers.append(start_service(f"sim-{preset}-{i}", [
-                "sim-server", "--env", cfg.env, "--slots", str(per_server), "--port", "0", "--cost-preset", preset,
-            ]))
-        pool = SimulatorPool()
         for server in servers:
             await pool.add(server.address)
+        yield pool
+    finally:
+        await pool.close()
+        for server in servers:
+            server.stop()
+
+
+async def _run_preset(cfg: SamplingBenchConfig, preset: str, log) -> list[Measurement]:
+    measurements: list[Measurement] = []
+    async with simulator_pool(cfg, preset) as pool:
         policies = fixed_policies(cfg, pool)
         plan = [(policy, mode, n) for policy in policies for mode in cfg.modes for n in (cfg.clips if mode != "sc" else (1,))]
         if cfg.gym_reference:
@@ -181,10 +194,6 @@ async def _run_preset(cfg: SamplingBenchConfig, preset: str, log) -> list[Measur
                 log(f"{preset:>10} {policy:>7} {mode:>9} clips={n:<3} repeat {repeat + 1}/{cfg.repeats}: "
                     f"effective {summary['effective_throughput']:,.0f}/s, eta {summary['validity']:.2f}, "
                     f"time efficiency {summary['time_efficiency']:.3f} ({time.perf_counter() - started:.1f} s)")
-        await pool.close()
-    finally:
-        for server in servers:
-            server.stop()
     return measurements
 
 

@@ -189,10 +189,13 @@ def final_policy_weights(checkpoint: Checkpoint) -> bytes:
 
 # -- 2.-3. servers and evaluation ---------------------------------------------------------------
 
-def start_simulators(workload: Workload, servers: int, slots: int) -> list[ServiceProcess]:
-    """`servers` sim-server processes serving the workload, started in parallel; all stopped if one fails."""
+def start_simulators(workload: Workload, servers: int, slots: int, extra_args: tuple[str, ...] = ()) -> list[ServiceProcess]:
+    """`servers` sim-server processes serving the workload, started in parallel; all stopped if one fails.
+
+    `extra_args`: more `fast sim-server` flags, e.g. ("--cost-preset", "calibrated").
+    """
     args = ["sim-server", "--env", workload.env, "--slots", str(slots), "--host", "127.0.0.1", "--port", "0",
-            *workload.catalog_args]
+            *workload.catalog_args, *extra_args]
     with ThreadPoolExecutor(max_workers=servers) as executor:
         futures = [executor.submit(start_service, f"sim-server-{i}", args) for i in range(servers)]
     started, errors = [], []
