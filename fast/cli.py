@@ -297,7 +297,7 @@ def bench_train(
             _fail("--report-only needs --out, the directory of a finished benchmark")
         try:
             rewrite_report(out)
-        except (ValueError, OSError, TypeError) as exc:
+        except (ValueError, OSError) as exc:
             _fail(str(exc))
         typer.echo(f"results: {out / 'train.md'}")
         return

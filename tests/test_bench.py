@@ -190,3 +190,16 @@ def test_bench_sampling_serves_a_gymnasium_env(tmp_path: Path) -> None:
     assert rows == {("sc", 1), ("fast", 2)} and "Workload `gym:CartPole-v1`" in (out / "sampling.md").read_text()
     done = _fast("bench", "sampling", "--env", "gym:CartPole-v1", "--out", str(tmp_path / "y"), timeout=60)
     assert done.returncode == 2 and "pass --no-gym-reference" in done.stderr
+
+
+def test_report_only_refuses_a_file_that_is_no_finished_benchmark_and_leaves_it(tmp_path: Path) -> None:
+    from fast.bench.train import rewrite_report
+
+    with pytest.raises(ValueError, match="does not exist; pass the --out of a finished"):
+        rewrite_report(tmp_path)
+    for text, fault in (("{", "JSONDecodeError"), ('{"config": {}}', "KeyError: 'runs'"),
+                        ('{"config": {"bogus": 1}, "runs": []}', "TypeError")):
+        (tmp_path / "train.json").write_text(text)
+        with pytest.raises(ValueError, match=f"is not the train.json of a finished .*{fault}"):
+            rewrite_report(tmp_path)
+        assert (tmp_path / "train.json").read_text() == text and not (tmp_path / "train.md").exists()

@@ -109,9 +109,13 @@ def rewrite_report(out_dir: Path) -> dict:
     path = Path(out_dir) / "train.json"
     if not path.is_file():
         raise ValueError(f"{path} does not exist; pass the --out of a finished `fast bench train`")
-    result = json.loads(path.read_text())
-    cfg = TrainBenchConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in result["config"].items()})
-    result["summary"] = summarize(result["runs"], cfg)
+    try:
+        result = json.loads(path.read_text())
+        cfg = TrainBenchConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in result["config"].items()})
+        result["summary"] = summarize(result["runs"], cfg)
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{path} is not the train.json of a finished `fast bench train` "
+                         f"({type(exc).__name__}: {exc}); rerun the benchmark") from None
     path.write_text(json.dumps(result, indent=1))
     write_report(result, Path(out_dir))
     return result
