@@ -13,6 +13,7 @@ COPY fast ./fast
 COPY sim_server ./sim_server
 COPY learner ./learner
 COPY broker ./broker
+COPY jobs ./jobs
 RUN pip install --no-cache-dir .
 
 # /data holds the learner's checkpoints and the broker's metrics; owned by the service user so

@@ -26,7 +26,7 @@ from broker.dealer import ClipDealer  # noqa: E402
 from broker.lockstep import LockstepSampler  # noqa: E402
 from broker.policy_runner import PolicyRunner  # noqa: E402
 from broker.pool import SimulatorPool  # noqa: E402
-from fast.processes import start_service  # noqa: E402
+from jobs.processes import start_service  # noqa: E402
 
 
 async def measure(slots: int, servers: int, iterations: int, samples: int, alpha: float, t_max: int) -> dict:

@@ -22,10 +22,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fast.processes import start_service  # noqa: E402
+from jobs.processes import start_service  # noqa: E402
 from sim_server.client import SimulatorClient  # noqa: E402
 from sim_server.environments import make_env  # noqa: E402
-from sim_server.play import random_actions  # noqa: E402
+from fast.spaces import random_actions  # noqa: E402
 
 
 def step_in_process(env, actions: np.ndarray, clips: np.ndarray) -> float:

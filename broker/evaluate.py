@@ -17,7 +17,7 @@ import numpy as np
 
 from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
-from sim_server.play import random_actions
+from fast.spaces import random_actions
 
 
 class EvaluationError(RuntimeError):

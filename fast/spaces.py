@@ -51,3 +51,45 @@ def space_from_proto(space: pb.Space, *, field: str = "space") -> SpaceSpec:
             tensor.from_proto(space.high, field=f"{field}.high"),
         )
     raise tensor.TensorError(f"{field}.kind is {space.kind}; a server must send BOX or DISCRETE")
+
+
+def describe_space(space: SpaceSpec) -> str:
+    """A short human form for messages: Discrete(5), Box(shape=(62,), dtype=float32)."""
+    if space.kind == "discrete":
+        return f"Discrete({space.n})"
+    return f"Box(shape={tuple(space.shape)}, dtype={np.dtype(space.dtype).name})"
+
+
+def spaces_equal(a: SpaceSpec, b: SpaceSpec) -> bool:
+    """The one compatibility rule of the project: kind, shape, dtype, n and bounds all equal.
+
+    Every place that joins two parties (a simulator to a pool, a broker to the learner, a run
+    to another run's checkpoint) applies this same rule, so one never accepts what another
+    later refuses.
+    """
+    if (a.kind, tuple(a.shape), np.dtype(a.dtype), a.n) != (b.kind, tuple(b.shape), np.dtype(b.dtype), b.n):
+        return False
+    return all(
+        (x is None and y is None) or (x is not None and y is not None and np.array_equal(x, y, equal_nan=True))
+        for x, y in ((a.low, b.low), (a.high, b.high))
+    )
+
+
+def space_mismatch(name: str, ours: SpaceSpec, theirs: SpaceSpec) -> str:
+    """"" when the spaces agree (spaces_equal), else a sentence naming the difference."""
+    if spaces_equal(ours, theirs):
+        return ""
+    ours_text, theirs_text = describe_space(ours), describe_space(theirs)
+    if ours_text == theirs_text:  # same kind, shape and dtype: the bounds differ
+        return f"{name} {theirs_text} has other bounds than {ours_text}"
+    return f"{name} {theirs_text}, expected {ours_text}"
+
+
+def random_actions(space: SpaceSpec, count: int, rng: np.random.Generator) -> np.ndarray:
+    """`count` actions drawn uniformly from `space` (unbounded box dimensions from [-1, 1])."""
+    if space.kind == "discrete":
+        return rng.integers(0, space.n, size=count, dtype=np.int64)
+    low = np.broadcast_to(space.low, space.shape)
+    high = np.broadcast_to(space.high, space.shape)
+    low, high = np.where(np.isfinite(low), low, -1.0), np.where(np.isfinite(high), high, 1.0)
+    return rng.uniform(low, high, size=(count, *space.shape)).astype(space.dtype)

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fast.spaces import SpaceSpec
+from fast.spaces import SpaceSpec, describe_space, spaces_equal
 from learner.batch import RolloutBatch
 from learner.checkpoint import Checkpoint, CheckpointError, load_latest, prune_checkpoints, save_checkpoint
 from learner.config import LearnerConfig
@@ -66,21 +66,6 @@ class LearnerStatus:
     last_stats: dict[str, float] | None
     last_checkpoint: Path | None
     stale_batches_refused: int
-
-
-def describe_space(space: SpaceSpec) -> str:
-    if space.kind == "discrete":
-        return f"Discrete({space.n})"
-    return f"Box(shape={tuple(space.shape)}, dtype={np.dtype(space.dtype).name})"
-
-
-def spaces_equal(a: SpaceSpec, b: SpaceSpec) -> bool:
-    if (a.kind, tuple(a.shape), np.dtype(a.dtype), a.n) != (b.kind, tuple(b.shape), np.dtype(b.dtype), b.n):
-        return False
-    return all(
-        (x is None and y is None) or (x is not None and y is not None and np.array_equal(x, y, equal_nan=True))
-        for x, y in ((a.low, b.low), (a.high, b.high))
-    )
 
 
 def check_spaces(observation_space: SpaceSpec, action_space: SpaceSpec) -> ActionSpec:

@@ -7,14 +7,13 @@ drains in-flight calls for `grace_s`, writes a final checkpoint and returns (the
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 import sys
 
 import grpc
 from grpc_health.v1 import health
 
+from fast.lifecycle import run_until_signal
 from fast.rpc import display_address, start_server
 from fast.v1 import learner_pb2 as pb
 from fast.v1 import learner_pb2_grpc as pb_grpc
@@ -47,14 +46,7 @@ async def serve(config: LearnerConfig) -> None:
     print(f"fast learner listening on {display_address(config.host, port)} device={core.device_name} version={core.policy_version} "
           f"initialized={str(core.initialized).lower()} checkpoint_dir={config.checkpoint_dir}", flush=True)
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    print(f"fast learner draining (up to {config.grace_s:g} s)", file=sys.stderr, flush=True)
-    await health_servicer.enter_graceful_shutdown()
-    await server.stop(config.grace_s)
+    await run_until_signal("fast learner", server, health_servicer, config.grace_s)
     final = await core.close()
     if final is not None:
         message = f"final checkpoint {final} version={core.policy_version}"

@@ -7,13 +7,11 @@ in-flight calls for `grace_s` and returns (the process exits 0).
 
 from __future__ import annotations
 
-import asyncio
-import signal
-import sys
 
 import grpc
 from grpc_health.v1 import health
 
+from fast.lifecycle import run_until_signal
 from fast.rpc import display_address, start_server
 from fast.v1 import simulator_pb2 as pb
 from fast.v1 import simulator_pb2_grpc as pb_grpc
@@ -51,14 +49,7 @@ async def serve(config: SimServerConfig) -> None:
     print(f"fast sim-server listening on {display_address(config.host, port)} env={config.env} slots={config.slots} "
           f"cost={simulator.cost_model.config.preset}", flush=True)
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    print(f"fast sim-server draining (up to {config.grace_s:g} s)", file=sys.stderr, flush=True)
-    await health_servicer.enter_graceful_shutdown()
-    await server.stop(config.grace_s)
+    await run_until_signal("fast sim-server", server, health_servicer, config.grace_s)
     close = getattr(simulator.env, "close", None)
     if close is not None:
         close()

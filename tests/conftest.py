@@ -8,7 +8,7 @@ from contextlib import contextmanager
 import grpc
 import pytest
 
-from fast.processes import ServiceProcess, start_service
+from jobs.processes import ServiceProcess, start_service
 from fast.v1 import simulator_pb2_grpc as pb_grpc
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fast.bench.learning_curve import time_to_target, version_clock
-from fast.bench.sampling import Measurement, SamplingBenchConfig, aggregate, spread_slots
-from fast.bench.train import TrainBenchConfig, summarize, training_curve
+from jobs.bench.learning_curve import time_to_target, version_clock
+from jobs.bench.sampling import Measurement, SamplingBenchConfig, aggregate, spread_slots
+from jobs.bench.train import TrainBenchConfig, summarize, training_curve
 
 
 def _fast(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -68,7 +68,7 @@ def test_aggregate_medians_and_speedups() -> None:
 
 
 def test_length_row_counts_cut_episodes_with_their_share() -> None:
-    from fast.bench.episode_length import length_row
+    from jobs.bench.episode_length import length_row
 
     row = length_row("random", "fast", 10, {"episode_lengths": [10, 20, 30, 40], "episode_ends": {"terminated": 3, "cut": 1}})
     assert row["mean"] == 25.0 and row["cut_share"] == 0.25 and row["episodes"] == 4
@@ -193,7 +193,7 @@ def test_bench_sampling_serves_a_gymnasium_env(tmp_path: Path) -> None:
 
 
 def test_report_only_refuses_a_file_that_is_no_finished_benchmark_and_leaves_it(tmp_path: Path) -> None:
-    from fast.bench.train import rewrite_report
+    from jobs.bench.train import rewrite_report
 
     with pytest.raises(ValueError, match="does not exist; pass the --out of a finished"):
         rewrite_report(tmp_path)

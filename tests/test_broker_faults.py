@@ -17,7 +17,7 @@ from broker.dealer import ClipDealer
 from broker.lockstep import LockstepSampler
 from broker.policy_runner import PolicyRunner
 from broker.pool import PoolTimeouts, SimulatorPool
-from fast.processes import start_service
+from jobs.processes import start_service
 from fast.v1 import broker_pb2, broker_pb2_grpc
 from learner.batch import RolloutBatch
 from learner.policy import ActorCritic

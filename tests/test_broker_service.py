@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from broker.pool import resolve_addresses
-from fast.processes import start_service
+from jobs.processes import start_service
 from fast.v1 import broker_pb2 as pb
 from fast.v1 import broker_pb2_grpc as pb_grpc
 

@@ -15,10 +15,10 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from fast.compare.cli import compare_command, expand_runs
-from fast.compare.jackknife import paired_difference, t_cdf, t_quantile
-from fast.compare.run import CompareError, Workload, _catalog_args, check_runs, compare
-from fast.train.config import HOLDOUT_EVERY, TrainConfig
+from jobs.compare.cli import compare_command, expand_runs
+from jobs.compare.jackknife import paired_difference, t_cdf, t_quantile
+from jobs.compare.run import CompareError, Workload, _catalog_args, check_runs, compare
+from jobs.train.config import HOLDOUT_EVERY, TrainConfig
 from learner.checkpoint import Checkpoint, save_checkpoint
 from learner.policy import ActorCritic
 from learner.ppo import PPOConfig, PPOLearner

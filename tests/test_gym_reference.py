@@ -14,7 +14,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from broker.policy_runner import PolicyRunner
-from fast.bench.gym_reference import measure_async_vector
+from jobs.bench.gym_reference import measure_async_vector
 from learner.policy import export_weights
 from sim_server.cost_model import CostModelConfig
 from sim_server.takeover import TakeoverEnv, build_catalog

@@ -20,7 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from fast.config import ConfigError, resolve_config
-from fast.processes import ServiceProcess, start_service
+from jobs.processes import ServiceProcess, start_service
 from fast.spaces import SpaceSpec, space_to_proto
 from fast.v1 import learner_pb2 as pb
 from fast.v1 import learner_pb2_grpc as pb_grpc

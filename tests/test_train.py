@@ -20,10 +20,10 @@ from typer.testing import CliRunner
 from broker.evaluate import EvaluationError, evaluate, evaluation_episodes, summarize
 from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
-from fast.cli import app
+from jobs.cli import app
 from fast.config import ConfigError, resolve_config
-from fast.train.config import ENV_PREFIX, TrainConfig
-from fast.train.report import PLOTS, ReportError, write_report
+from jobs.train.config import ENV_PREFIX, TrainConfig
+from jobs.train.report import PLOTS, ReportError, write_report
 from sim_server.takeover.metrics import METRIC_NAMES
 from conftest import sim_server
 

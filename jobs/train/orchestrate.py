@@ -24,10 +24,10 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from fast import processes
-from fast.train.config import HOLDOUT_EVERY, TrainConfig
-from fast.train.monitor import BrokerStatus, MetricsTail, ProgressView, TensorBoardSink
-from fast.train.report import ReportError, write_report
+from jobs import processes
+from jobs.train.config import HOLDOUT_EVERY, TrainConfig
+from jobs.train.monitor import BrokerStatus, MetricsTail, ProgressView, TensorBoardSink
+from jobs.train.report import ReportError, write_report
 
 POLL_S = 0.5  # status polling period (~2 Hz)
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -124,7 +124,7 @@ class TrainingRun:
         for child in [*self.sims, self.learner]:
             self.addresses[child.name] = processes.wait_listening(child, deadline, stopping).address
         if cfg.eval_episodes_per_clip > 0:
-            from fast.train.evaluation import capture_initial_policy
+            from jobs.train.evaluation import capture_initial_policy
 
             self.initial_policy = asyncio.run(capture_initial_policy(self.addresses[self.sims[0].name], self.addresses["learner"]))
         self.broker = _launch("broker", [
@@ -221,7 +221,7 @@ class TrainingRun:
 
     # -- evaluate ------------------------------------------------------------------------
     def evaluate(self) -> dict:
-        from fast.train.evaluation import evaluate_run  # torch: only imported when a run gets this far
+        from jobs.train.evaluation import evaluate_run  # torch: only imported when a run gets this far
 
         cfg = self.cfg
         self.console.print(f"evaluating the final policy and a random one on the held-out clips "

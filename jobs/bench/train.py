@@ -6,7 +6,7 @@ the same workload, cost preset, clip count, iterations and PPO settings; runs go
 
 The learner keeps a checkpoint every `checkpoint_every` versions. After each run, before the
 next starts, every checkpoint plays the same held-out episodes on simulators of the
-benchmark's own (fast/bench/learning_curve.py), which gives the run's learning curve: held-out
+benchmark's own (jobs/bench/learning_curve.py), which gives the run's learning curve: held-out
 return against the wall-clock and the valid transitions at which that version existed. The
 time to target is the first point whose held-out return reaches `target_return`. Then all
 checkpoints but the newest are deleted, so a run directory stays a `fast compare` input.
@@ -28,10 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-from fast.bench.learning_curve import evaluate_checkpoints, time_to_target
-from fast.bench.sampling import MODES
-from fast.compare.run import Workload, start_simulators
-from fast.train.config import HOLDOUT_EVERY
+from jobs.bench.learning_curve import evaluate_checkpoints, time_to_target
+from jobs.bench.sampling import MODES
+from jobs.compare.run import Workload, start_simulators
+from jobs.train.config import HOLDOUT_EVERY
 from learner.checkpoint import prune_checkpoints
 
 

@@ -5,9 +5,9 @@ A service prints one line "... listening on HOST:PORT ..." once it serves. `laun
 that line; `start_service` does both. `stop` sends SIGTERM, waits, then SIGKILLs, so no test,
 benchmark or `fast` job leaves a process behind while it lives.
 
-And after it dies: every child gets FAST_PARENT_PID, and a service started with it
-(`exit_with_parent`) stops itself, gracefully, once that parent is gone, even if the parent
-was killed with SIGKILL and could stop nobody.
+And after it dies: every child gets FAST_PARENT_PID, and a service started with it stops
+itself, gracefully, once that parent is gone (`fast.lifecycle.exit_with_parent`), even if the
+parent was killed with SIGKILL and could stop nobody.
 
 `launch(new_session=True)` puts the child in its own session. `fast train` wants that: a
 terminal sends SIGINT to its whole foreground process group, and children in that group
@@ -23,7 +23,6 @@ import os
 import re
 import shlex
 import signal
-import stat
 import subprocess
 import sys
 import threading
@@ -31,10 +30,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-_LISTENING = re.compile(r"listening on (\S+)")
-PARENT_ENV = "FAST_PARENT_PID"
+from fast.lifecycle import PARENT_ENV
 
-log = logging.getLogger("fast.processes")
+_LISTENING = re.compile(r"listening on (\S+)")
+
+log = logging.getLogger("jobs.processes")
 
 
 @dataclass
@@ -153,43 +153,3 @@ def start_service(name: str, args: list[str], *, timeout_s: float = 60.0, env: d
     except StartupError:
         stop(child, timeout_s=5)
         raise
-
-
-def exit_with_parent(poll_s: float = 0.5) -> None:
-    """SIGTERM this process once the parent named by FAST_PARENT_PID is gone.
-
-    Only when that parent is our actual parent at start: a variable inherited from elsewhere
-    (a shell that once ran under `fast train`) must not stop a service that a user started.
-    The signal goes through the service's own SIGTERM path: drain, final checkpoint, exit 0.
-    """
-    value = os.environ.get(PARENT_ENV, "")
-    if not value.isdigit() or int(value) != os.getppid():
-        return
-    parent = int(value)
-
-    def watch() -> None:
-        while os.getppid() == parent:  # a dead parent's children are re-parented at once
-            time.sleep(poll_s)
-        _detach_dead_pipes()
-        log.warning("parent process %d is gone; stopping", parent)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
-
-def _detach_dead_pipes() -> None:
-    """Point stdout/stderr at /dev/null where they are pipes: their reader was the dead parent.
-
-    Otherwise the next line a service prints while it shuts down ("draining", "final
-    checkpoint ...") raises BrokenPipeError and the shutdown never reaches the checkpoint.
-    """
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        for fd in (1, 2):
-            try:
-                if stat.S_ISFIFO(os.fstat(fd).st_mode):
-                    os.dup2(devnull, fd)
-            except OSError:
-                pass
-    finally:
-        os.close(devnull)

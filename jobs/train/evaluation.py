@@ -27,7 +27,7 @@ from learner.checkpoint import CheckpointError, load_latest
 from learner.client import LearnerClient
 from learner.policy import ActorCritic, export_weights
 
-log = logging.getLogger("fast.train")
+log = logging.getLogger("jobs.train")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import typer
 import yaml
 
 from fast.config import ConfigError, resolve_config
-from fast.processes import exit_with_parent
+from fast.lifecycle import exit_with_parent
 
 app = typer.Typer(
     help="FAST: aligned sampling and training for parallel on-policy RL.",
@@ -158,8 +158,8 @@ def broker(
 
 
 def _train_default(field: str) -> str:
-    # Shown in --help from TrainConfig itself, so the defaults live in one place (fast/train/config.py).
-    from fast.train.config import TrainConfig
+    # Shown in --help from TrainConfig itself, so the defaults live in one place (jobs/train/config.py).
+    from jobs.train.config import TrainConfig
 
     # The backslash keeps rich (typer's help renderer) from reading "\\[default: ...]" as markup and dropping it.
     return f" \\[default: {TrainConfig.model_fields[field].default}]"
@@ -192,8 +192,8 @@ def train(
     Settings also come from FAST_TRAIN_<NAME> environment variables or the --config file; see docs/train.md.
     Exits 0 when done, 1 when the run failed, 128+N when stopped by signal N.
     """
-    from fast.train.config import ENV_PREFIX, TrainConfig
-    from fast.train.orchestrate import TrainError, train as run_training
+    from jobs.train.config import ENV_PREFIX, TrainConfig
+    from jobs.train.orchestrate import TrainError, train as run_training
 
     overrides = dict(
         mode=mode, alpha=alpha, t_max=t_max, servers=servers, slots=slots, seed=seed, iterations=iterations,
@@ -214,7 +214,7 @@ def report(
     run_dir: Annotated[Path, typer.Argument(help="A run directory, e.g. runs/fast-20260101-120000.")],
 ) -> None:
     """(Re)write RUN_DIR/report.md and its plots from the run's metrics.jsonl, eval.json and config.yaml."""
-    from fast.train.report import ReportError, write_report
+    from jobs.train.report import ReportError, write_report
 
     try:
         path = write_report(run_dir)
@@ -255,7 +255,7 @@ def bench_sampling(
     """Every sampling mode at every clip count and cost preset, interleaved: JSON, a markdown table, PNG charts."""
     import time as _time
 
-    from fast.bench.sampling import SamplingBenchConfig, run
+    from jobs.bench.sampling import SamplingBenchConfig, run
 
     try:
         cfg = SamplingBenchConfig(
@@ -290,7 +290,7 @@ def bench_train(
     """Held-out return against wall-clock per mode and seed (one fast train each); time to a target return, PNG curves."""
     import time as _time
 
-    from fast.bench.train import TrainBenchConfig, rewrite_report, run
+    from jobs.bench.train import TrainBenchConfig, rewrite_report, run
 
     if report_only:
         if out is None:
@@ -314,7 +314,7 @@ def bench_train(
 
 
 def _register_compare() -> None:
-    from fast.compare.cli import compare_command
+    from jobs.compare.cli import compare_command
 
     app.command("compare")(compare_command)
 
@@ -331,7 +331,7 @@ def play(
     seed: Annotated[int, typer.Option(help="Seed of the random policy and the clip order.")] = 0,
 ) -> None:
     """Start a simulator server, drive it over gRPC with a random policy, print episode metrics."""
-    from sim_server.play import play as run_play
+    from jobs.play import play as run_play
 
     try:
         asyncio.run(run_play(env=env, slots=slots, steps=steps, address=address, seed=seed))

@@ -72,7 +72,7 @@ def _length_section(result: dict) -> list[str]:
         "only short episodes end inside it: its lengths are biased short for every multi-slot mode. Here each "
         f"configuration first runs {cfg['length_warmup_steps']} steps per slot, then counts every episode ending in "
         f"the next {cfg['length_samples']} valid transitions (no emulated costs: lengths do not depend on them; "
-        "fast/bench/episode_length.py). Episodes cut by a global truncation (sgr, fast) count with the length "
+        "jobs/bench/episode_length.py). Episodes cut by a global truncation (sgr, fast) count with the length "
         "they reached.",
         "",
     ]

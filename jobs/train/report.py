@@ -1,7 +1,7 @@
 """report.md and its plots, from the files of a run directory alone (so `fast report` can redo it).
 
 Inputs: metrics.jsonl (one line per iteration, broker/run.py), and when present eval.json
-(fast/train/evaluation.py), outcome.json (fast/train/orchestrate.py) and config.yaml.
+(jobs/train/evaluation.py), outcome.json (jobs/train/orchestrate.py) and config.yaml.
 Outputs: report.md, return.png, throughput.png, episode_lengths.png.
 """
 

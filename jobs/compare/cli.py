@@ -1,4 +1,4 @@
-"""`fast compare RUN_A RUN_B`: the command-line face of fast/compare/run.py (registered in fast/cli.py)."""
+"""`fast compare RUN_A RUN_B`: the command-line face of jobs/compare/run.py (registered in jobs/cli.py)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def compare_command(
     Writes OUT/compare.json and OUT/compare.md.
     Exits 0 when done, 2 for runs or settings that cannot be compared, 1 when the evaluation failed.
     """
-    from fast.compare.run import CompareError, compare
+    from jobs.compare.run import CompareError, compare
 
     out_dir = out if out is not None else Path("runs") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
     try:

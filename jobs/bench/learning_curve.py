@@ -21,7 +21,7 @@ from broker.dealer import holdout_clips
 from broker.evaluate import evaluate, summarize
 from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
-from fast.compare.run import final_policy_weights
+from jobs.compare.run import final_policy_weights
 from learner.checkpoint import list_checkpoints, load_checkpoint
 
 

@@ -1,5 +1,5 @@
 """`fast compare`: the final policies of two groups of runs on the same held-out episodes, per metric
-the difference of means with its jackknife 95% CI (fast/compare/jackknife.py, docs/compare.md).
+the difference of means with its jackknife 95% CI (jobs/compare/jackknife.py, docs/compare.md).
 
 Order of life:
 1. read every run directory (config.yaml, newest checkpoint) and refuse, naming the run, what
@@ -29,15 +29,15 @@ from broker.dealer import holdout_clips
 from broker.evaluate import evaluate, evaluation_episodes
 from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
-from fast.compare.jackknife import LEVEL, PairedDifference, paired_difference, t_quantile
-from fast.processes import ServiceProcess, start_service
+from jobs.compare.jackknife import LEVEL, PairedDifference, paired_difference, t_quantile
+from jobs.processes import ServiceProcess, start_service
 from fast.spaces import SpaceSpec
-from fast.train.config import HOLDOUT_EVERY
+from jobs.train.config import HOLDOUT_EVERY
 from learner.checkpoint import Checkpoint, CheckpointError, load_latest
-from learner.core import describe_space, spaces_equal
+from fast.spaces import describe_space, spaces_equal
 from learner.policy import ActorCritic, export_weights
 
-FORMAT = "fast.compare/1"
+FORMAT = "jobs.compare/1"
 # Episode fields that identify the episode rather than measure the driving.
 _NOT_METRICS = ("clip_id", "seed")
 # Listed first in the table, in this order (the environment's own metrics follow by name).

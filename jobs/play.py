@@ -13,18 +13,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from fast.processes import start_service
+from fast.spaces import random_actions
+from jobs.processes import start_service
 from sim_server.client import SimulatorClient
-from sim_server.env_api import SpaceSpec
-
-
-def random_actions(space: SpaceSpec, count: int, rng: np.random.Generator) -> np.ndarray:
-    if space.kind == "discrete":
-        return rng.integers(0, space.n, size=count, dtype=np.int64)
-    low = np.broadcast_to(space.low, space.shape)
-    high = np.broadcast_to(space.high, space.shape)
-    low, high = np.where(np.isfinite(low), low, -1.0), np.where(np.isfinite(high), high, 1.0)
-    return rng.uniform(low, high, size=(count, *space.shape)).astype(space.dtype)
 
 
 async def play(*, env: str, slots: int, steps: int, address: str | None, seed: int) -> None:

@@ -8,7 +8,7 @@ over the servers. Policies are fixed during the benchmark: a freshly initialised
 how long the policy survives, so both matter. Each measurement builds a fresh sampler, runs
 one short warm-up iteration (initial resets, map cache), then one measured iteration of
 `samples` valid transitions. Episode lengths are measured apart, in steady state and without
-emulated costs (fast/bench/episode_length.py): a short timed window right after a common start
+emulated costs (jobs/bench/episode_length.py): a short timed window right after a common start
 only sees the episodes short enough to end inside it. All configurations are measured in one run, interleaved repeat
 by repeat in a shuffled order, so that the machine's drift hits them alike; medians over
 repeats are reported. `sc` is one slot whatever N and is the reference for speedups.
@@ -35,7 +35,7 @@ from broker.pool import SimulatorPool
 from broker.ver import VerSampler
 
 MODES = ("sc", "autoreset", "sgr", "ver", "fast")
-GYM_REFERENCE = "gym-async"  # Gymnasium AsyncVectorEnv with per-env autoreset (fast/bench/gym_reference.py)
+GYM_REFERENCE = "gym-async"  # Gymnasium AsyncVectorEnv with per-env autoreset (jobs/bench/gym_reference.py)
 # The figures a table row carries, from IterationStats.summary().
 METRICS = (
     "sampling_time_s", "raw_throughput", "validity", "time_efficiency", "effective_throughput",
@@ -59,7 +59,7 @@ class SamplingBenchConfig:
     gym_reference: bool = True  # takeover only: the reference wraps the takeover workload
     holdout_every: int = 10
     env: str = "takeover"  # or gym:<id>, e.g. gym:highway_env:highway-fast-v0 (real costs, cost preset "off")
-    # Steady-state episode lengths (fast/bench/episode_length.py): valid transitions in the window
+    # Steady-state episode lengths (jobs/bench/episode_length.py): valid transitions in the window
     # after a warm-up of length_warmup_steps per slot; 0 skips the measurement.
     length_samples: int = 6000
     length_warmup_steps: int = 600
@@ -154,7 +154,7 @@ async def simulator_pool(cfg: SamplingBenchConfig, preset: str) -> AsyncIterator
 
     The servers are stopped on exit, whatever happened.
     """
-    from fast.compare.run import Workload, start_simulators
+    from jobs.compare.run import Workload, start_simulators
 
     servers = start_simulators(Workload(cfg.env, (), cfg.holdout_every), cfg.servers,
                                math.ceil(max(cfg.clips) / cfg.servers), ("--cost-preset", preset))
@@ -183,7 +183,7 @@ async def _run_preset(cfg: SamplingBenchConfig, preset: str, log) -> list[Measur
                 hidden, weights = policies[policy]
                 started = time.perf_counter()
                 if mode == GYM_REFERENCE:
-                    from fast.bench.gym_reference import measure_async_vector
+                    from jobs.bench.gym_reference import measure_async_vector
 
                     summary = measure_async_vector(n, cfg.servers, preset, weights, hidden, cfg.samples, cfg.seed + repeat)
                 else:
@@ -228,7 +228,7 @@ def run(cfg: SamplingBenchConfig, out_dir: Path, log=print) -> dict:
     rows = aggregate(measurements)
     lengths = []
     if cfg.length_samples > 0:
-        from fast.bench.episode_length import measure_lengths
+        from jobs.bench.episode_length import measure_lengths
 
         lengths = asyncio.run(measure_lengths(cfg, log))
     result = {
@@ -240,7 +240,7 @@ def run(cfg: SamplingBenchConfig, out_dir: Path, log=print) -> dict:
         "measurements": [m.__dict__ for m in measurements],
     }
     (out_dir / "sampling.json").write_text(json.dumps(result, indent=1, default=float))
-    from fast.bench.sampling_report import write_charts, write_table
+    from jobs.bench.sampling_report import write_charts, write_table
 
     write_table(result, out_dir / "sampling.md")
     write_charts(rows, out_dir)
