@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from broker.dealer import ClipDealer  # noqa: E402
-from broker.lockstep import LockstepSampler  # noqa: E402
+from broker.dealer import HOLDOUT_EVERY, ClipDealer  # noqa: E402
 from broker.policy_runner import PolicyRunner  # noqa: E402
 from broker.pool import SimulatorPool  # noqa: E402
+from broker.samplers import make_sampler  # noqa: E402
 from jobs.processes import start_service  # noqa: E402
 
 
@@ -39,8 +39,8 @@ async def measure(slots: int, servers: int, iterations: int, samples: int, alpha
         for p in procs:
             await pool.add(p.address)
         runner = PolicyRunner(pool.observation_space, pool.action_space, (64, 64), seed=0)
-        sampler = LockstepSampler(pool, runner, ClipDealer(pool.num_clips, holdout_every=10, seed=0), mode="fast",
-                                  samples_per_iteration=samples, alpha=alpha, t_max=t_max)
+        dealer = ClipDealer(pool.num_clips, holdout_every=HOLDOUT_EVERY, seed=0)
+        sampler = make_sampler("fast", pool, runner, dealer, samples_per_iteration=samples, alpha=alpha, t_max=t_max)
         await sampler.sample()  # warm-up
         rows = []
         for _ in range(iterations):

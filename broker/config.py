@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from broker.dealer import HOLDOUT_EVERY
+from broker.samplers import ModeName
+
 ENV_PREFIX = "FAST_BROKER_"
-MODES = ("sc", "autoreset", "sgr", "ver", "fast")
 
 
 class BrokerConfig(BaseModel):
@@ -17,13 +17,13 @@ class BrokerConfig(BaseModel):
     host: str = "127.0.0.1"  # the broker's own control API
     port: int = Field(0, ge=0, le=65535)
     # Sampling.
-    mode: Literal["sc", "autoreset", "sgr", "ver", "fast"] = "fast"
+    mode: ModeName = "fast"  # broker/samplers/
     alpha: float = Field(0.5, gt=0.0, le=1.0)  # DPSA: truncate when the termination rate reaches alpha
     t_max: int = Field(200, ge=1)  # DPSA: ... or when the round reaches t_max steps
     samples_per_iteration: int = Field(2048, ge=1)  # valid transitions per iteration (at least)
     iterations: int = Field(0, ge=0)  # 0: until stopped
     seed: int = 0
-    holdout_every: int = Field(10, ge=0)  # clip c is held out for evaluation when c % holdout_every == holdout_every-1
+    holdout_every: int = Field(HOLDOUT_EVERY, ge=0)  # clip c is held out when c % holdout_every == holdout_every-1
     # Deadlines and retries: no wait is unbounded.
     step_timeout_s: float = Field(5.0, gt=0.0)
     reset_timeout_s: float = Field(30.0, gt=0.0)

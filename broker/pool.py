@@ -13,20 +13,23 @@ import asyncio
 import logging
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import grpc
 import numpy as np
 
-from fast.spaces import SpaceSpec
+from fast.spaces import SpaceSpec, space_mismatch
 from fast.v1 import simulator_pb2 as pb
-from sim_server.client import SimulatorClient, StepStream
+from sim_server.client import ServerDescription, SimulatorClient, StepStream
 
 log = logging.getLogger("fast.broker.pool")
 
 # A call that fails in any of these ways means the server is gone, stalled or broken: its
 # slots are lost for now and the server is retried. (A finished stream raises InvalidStateError.)
 _FAULTS = (grpc.RpcError, asyncio.TimeoutError, asyncio.InvalidStateError, ConnectionError, OSError)
+T = TypeVar("T")
 
 
 def resolve_addresses(spec: str) -> list[str]:
@@ -128,15 +131,35 @@ class SimulatorPool:
         if self.observation_space is None:
             self.observation_space, self.action_space, self.num_clips = desc.observation_space, desc.action_space, desc.num_clips
         else:
-            problem = _mismatch(self, desc)
-            if problem:
+            refusal = self.refusal(address, desc)
+            if refusal:
                 await client.close()
-                raise ValueError(f"simulator {address} does not match the pool: {problem}")
+                raise ValueError(refusal)
         handle = ServerHandle(len(self.servers), address, client, desc.env_id, desc.num_slots, self.num_slots)
         self.servers.append(handle)
         self.slot_server = np.concatenate([self.slot_server, np.full(desc.num_slots, handle.index)])
         self.slot_local = np.concatenate([self.slot_local, np.arange(desc.num_slots)])
         return handle
+
+    def refusal(self, address: str, desc: ServerDescription) -> str:
+        """"" when the server at `address`, described by `desc`, may join the pool; else why it may not.
+
+        The one admission rule: `add` applies it, and so does the broker's RegisterSimulator, so
+        a server the API accepts is never refused when it joins.
+        """
+        problem = self._mismatch(desc)
+        return f"simulator {address} does not match the pool: {problem}" if problem else ""
+
+    def _mismatch(self, desc: ServerDescription) -> str:
+        """How a server's spaces (fast/spaces.py's rule: all equal, bounds included) or catalog differ; "" if not."""
+        if self.observation_space is None:
+            return ""  # an empty pool takes the first server's
+        return (
+            space_mismatch("observation space", self.observation_space, desc.observation_space)
+            or space_mismatch("action space", self.action_space, desc.action_space)
+            or (f"catalog of {desc.num_clips} clips, the pool's has {self.num_clips}"
+                if desc.num_clips != self.num_clips else "")
+        )
 
     def _mark_down(self, server: ServerHandle, error: BaseException) -> None:
         if server.stream is not None:
@@ -165,7 +188,7 @@ class SimulatorPool:
         server.client = SimulatorClient(server.address, timeout_s=self.timeouts.describe_s)
         try:
             desc = await asyncio.wait_for(server.client.describe(), self.timeouts.describe_s)
-            problem = _mismatch(self, desc) or (
+            problem = self._mismatch(desc) or (
                 f"it now has {desc.num_slots} slots, had {server.num_slots}" if desc.num_slots != server.num_slots else ""
             )
         except _FAULTS as exc:
@@ -202,20 +225,18 @@ class SimulatorPool:
         )
         groups = self._by_server(slots)
 
+        def request(server: ServerHandle, local: np.ndarray, actions: np.ndarray) -> Awaitable:
+            if self.use_stream and not unary:
+                if server.stream is None:
+                    server.stream = server.client.step_stream()
+                return server.stream.step(local, actions)
+            return server.client.step(local, actions)
+
         async def call(server: ServerHandle, positions: np.ndarray) -> None:
-            if not server.up:
-                out.failed[positions] = True
-                return
             local = self.slot_local[slots[positions]]
-            try:
-                if self.use_stream and not unary:
-                    if server.stream is None:
-                        server.stream = server.client.step_stream()
-                    reply = await asyncio.wait_for(server.stream.step(local, env_actions[positions]), self.timeouts.step_s)
-                else:
-                    reply = await asyncio.wait_for(server.client.step(local, env_actions[positions]), self.timeouts.step_s)
-            except _FAULTS as exc:
-                self._mark_down(server, exc)
+            reply = await self._call(server, lambda: request(server, local, env_actions[positions]),
+                                     self.timeouts.step_s)
+            if reply is None:
                 out.failed[positions] = True
                 return
             out.observations[positions] = reply.observations
@@ -237,18 +258,13 @@ class SimulatorPool:
         out = PoolReset(observations=np.zeros((k, *obs_space.shape), dtype=obs_space.dtype), failed=np.zeros(k, dtype=bool))
 
         async def call(server: ServerHandle, positions: np.ndarray) -> None:
-            if not server.up:
-                out.failed[positions] = True
-                return
             local = self.slot_local[slots[positions]]
-            try:
-                obs, timing = await asyncio.wait_for(
-                    server.client.reset(local, clips[positions], seeds[positions]), self.timeouts.reset_s
-                )
-            except _FAULTS as exc:
-                self._mark_down(server, exc)
+            reply = await self._call(server, lambda: server.client.reset(local, clips[positions], seeds[positions]),
+                                     self.timeouts.reset_s)
+            if reply is None:
                 out.failed[positions] = True
                 return
+            obs, timing = reply
             out.observations[positions] = obs
             out.server_s = max(out.server_s, timing.compute_s + timing.emulated_s + timing.queued_s)
 
@@ -258,6 +274,17 @@ class SimulatorPool:
             calls.extend(call(self.servers[s], part) for part in parts)
         await asyncio.gather(*calls)
         return out
+
+    async def _call(self, server: ServerHandle, request: Callable[[], Awaitable[T]], timeout_s: float) -> T | None:
+        """`request()` to a server that is up, within `timeout_s`; None when the server is down or
+        fails now (it is then marked down), and the caller's slots on it failed."""
+        if not server.up:
+            return None
+        try:
+            return await asyncio.wait_for(request(), timeout_s)
+        except _FAULTS as exc:
+            self._mark_down(server, exc)
+            return None
 
     async def close(self) -> None:
         for server in self.servers:
@@ -273,14 +300,3 @@ def _describe_error(exc: BaseException) -> str:
         return "timed out"
     return f"{type(exc).__name__}: {exc}"
 
-
-def _mismatch(pool: SimulatorPool, desc) -> str:
-    ours, theirs = pool.observation_space, desc.observation_space
-    if (ours.kind, ours.shape, ours.dtype) != (theirs.kind, theirs.shape, theirs.dtype):
-        return f"observation space {theirs.kind} {list(theirs.shape)} {theirs.dtype}, the pool's is {ours.kind} {list(ours.shape)} {ours.dtype}"
-    ours, theirs = pool.action_space, desc.action_space
-    if (ours.kind, ours.shape, ours.dtype, ours.n) != (theirs.kind, theirs.shape, theirs.dtype, theirs.n):
-        return f"action space {theirs.kind} {list(theirs.shape)} {theirs.dtype}, the pool's is {ours.kind} {list(ours.shape)} {ours.dtype}"
-    if desc.num_clips != pool.num_clips:
-        return f"catalog of {desc.num_clips} clips, the pool's has {pool.num_clips}"
-    return ""

@@ -10,6 +10,7 @@ dropped, the current policy fetched, and sampling starts again.
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import logging
 import math
@@ -21,26 +22,38 @@ import numpy as np
 
 from broker.config import BrokerConfig
 from broker.dealer import ClipDealer
-from broker.lockstep import LockstepSampler, SamplingError
 from broker.policy_runner import PolicyRunner
 from broker.pool import PoolTimeouts, SimulatorPool, resolve_addresses
-from broker.ver import VerSampler
+from broker.retry import RetryExpired, retry
+from broker.samplers import Sampler, SamplingError, make_sampler
 from learner.client import LearnerClient
 
 log = logging.getLogger("fast.broker")
-
-_RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
 
 
 class RunFailed(RuntimeError):
     pass
 
 
+class RunState(enum.Enum):
+    """Where a run is; only BrokerRun moves it (its value is the word the broker prints)."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    PAUSED = "paused"
+    DONE = "done"
+    FAILED = "failed"
+
+    @property
+    def finished(self) -> bool:
+        return self in (RunState.DONE, RunState.FAILED)
+
+
 class BrokerRun:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.state = "starting"  # starting | running | paused | done | failed
-        self.error = ""
+        self._state = RunState.STARTING
+        self._error = ""  # why the run failed
         self.iteration = 0
         self.valid_total = 0
         self.stale_batches = 0
@@ -54,28 +67,40 @@ class BrokerRun:
         self._pause = asyncio.Event()
         self._pause.set()  # set = running
         self._stop = False
-        self._sampler = None
+        self._sampler: Sampler | None = None
         self._dealer: ClipDealer | None = None
         self._metrics_file = Path(config.run_dir) / "metrics.jsonl" if config.run_dir else None
 
     # -- control -------------------------------------------------------------------------
     def pause(self) -> None:
         self._pause.clear()
-        if self.state == "running":
-            self.state = "paused"
+        if self._state is RunState.RUNNING:
+            self._state = RunState.PAUSED
 
     def resume(self) -> None:
         self._pause.set()
-        if self.state == "paused":
-            self.state = "running"
+        if self._state is RunState.PAUSED:
+            self._state = RunState.RUNNING
 
     def stop(self) -> None:
         self._stop = True
         self._pause.set()
 
+    def fail(self, reason: str) -> None:
+        """The run is over, unfinished: it hit an error, or its task was cancelled mid-iteration."""
+        self._state, self._error = RunState.FAILED, reason
+
     def register(self, address: str) -> None:
         """Queue a simulator server; it joins at the next iteration boundary."""
         self._pending_addresses.append(address)
+
+    @property
+    def state(self) -> RunState:
+        return self._state
+
+    @property
+    def error(self) -> str:
+        return self._error
 
     @property
     def policy_version(self) -> int:
@@ -85,7 +110,7 @@ class BrokerRun:
     async def run(self) -> None:
         try:
             await self._connect()
-            self.state = "running"
+            self._state = RunState.RUNNING
             total = self.config.iterations
             while not self._stop and (total == 0 or self.iteration < total):
                 await self._pause.wait()
@@ -93,9 +118,9 @@ class BrokerRun:
                     break
                 await self._admit_new_servers()
                 await self._iterate()
-            self.state = "done"
+            self._state = RunState.DONE
         except (RunFailed, SamplingError, ConnectionError, ValueError) as exc:
-            self.state, self.error = "failed", str(exc)
+            self.fail(str(exc))
             log.error("run failed: %s", exc)
         finally:
             await self.pool.close()
@@ -107,7 +132,8 @@ class BrokerRun:
         for address in addresses:
             await self._retry_until(deadline, lambda a=address: self.pool.add(a), f"simulator {address}")
         obs_space, act_space = self.pool.observation_space, self.pool.action_space
-        await self._retry_until(deadline, lambda: self.learner.initialize(obs_space, act_space), f"learner {self.config.learner}")
+        await self._retry_until(deadline, lambda: self.learner.initialize(obs_space, act_space),
+                                f"learner {self.config.learner}")
         policy = await self.learner.get_policy()
         self.runner = PolicyRunner(obs_space, act_space, policy.hidden_sizes, seed=self.config.seed)
         self.runner.load(policy.version, policy.weights)
@@ -115,25 +141,20 @@ class BrokerRun:
         self._sampler = self._make_sampler()
 
     async def _retry_until(self, deadline: float, attempt, what: str):
-        delay = 0.1
-        while True:
-            try:
-                return await attempt()
-            except (grpc.aio.AioRpcError, ConnectionError, OSError) as exc:
-                if isinstance(exc, grpc.aio.AioRpcError) and exc.code() not in _RETRYABLE:
-                    raise RunFailed(f"{what}: {exc.code().name}: {exc.details()}") from None
-                if time.monotonic() + delay > deadline:
-                    raise RunFailed(f"{what} did not answer within {self.config.startup_timeout_s:g} s: {exc}") from None
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        """Start-up: a simulator or the learner may not be up yet; connection errors are retried too."""
+        try:
+            return await retry(attempt, deadline=deadline, delay_s=0.1, max_delay_s=2.0,
+                               errors=(grpc.aio.AioRpcError, ConnectionError, OSError))
+        except RetryExpired as expired:
+            waited = self.config.startup_timeout_s
+            raise RunFailed(f"{what} did not answer within {waited:g} s: {expired.error}") from None
+        except grpc.aio.AioRpcError as exc:
+            raise RunFailed(f"{what}: {exc.code().name}: {exc.details()}") from None
 
-    def _make_sampler(self):
+    def _make_sampler(self) -> Sampler:
         c = self.config
-        if c.mode == "ver":
-            return VerSampler(self.pool, self.runner, self._dealer, samples_per_iteration=c.samples_per_iteration,
-                              stall_timeout_s=c.stall_timeout_s)
-        return LockstepSampler(self.pool, self.runner, self._dealer, mode=c.mode, samples_per_iteration=c.samples_per_iteration,
-                               alpha=c.alpha, t_max=c.t_max, stall_timeout_s=c.stall_timeout_s)
+        return make_sampler(c.mode, self.pool, self.runner, self._dealer, samples_per_iteration=c.samples_per_iteration,
+                            alpha=c.alpha, t_max=c.t_max, stall_timeout_s=c.stall_timeout_s)
 
     async def _admit_new_servers(self) -> None:
         """Servers registered at run time, or new IPs behind a DNS name, join between iterations."""
@@ -185,42 +206,42 @@ class BrokerRun:
 
     async def _submit(self, batch: dict[str, np.ndarray], version: int):
         deadline = time.monotonic() + self.config.learner_wait_s
-        delay = 0.2
-        while True:
-            try:
-                return await self.learner.submit(batch, version, return_policy=True)
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
-                    # Stale version, or a learner restarted without our spaces: re-initialise
-                    # (idempotent), fetch its policy, and drop the batch if the version moved.
-                    await self._retry_learner(deadline, lambda: self.learner.initialize(self.pool.observation_space, self.pool.action_space))
-                    policy = await self._retry_learner(deadline, self.learner.get_policy)
-                    if policy.version == version:
-                        raise RunFailed(f"learner refused the batch: {exc.details()}") from None
-                    log.warning("batch of version %d refused (%s); sampling again with version %d", version, exc.details(), policy.version)
-                    self.runner.load(policy.version, policy.weights)
-                    self.stale_batches += 1
-                    return None
-                if exc.code() not in _RETRYABLE:
-                    raise RunFailed(f"learner refused the batch: {exc.code().name}: {exc.details()}") from None
-                if time.monotonic() + delay > deadline:
-                    raise RunFailed(f"learner {self.config.learner} unavailable for {self.config.learner_wait_s:g} s") from None
-                if self._stop:
-                    raise RunFailed("stopped while waiting for the learner; the last batch was not learnt from") from None
-                log.warning("learner unavailable (%s); retrying in %.1f s", exc.code().name, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+
+        def before_wait(exc: grpc.aio.AioRpcError, delay_s: float) -> None:
+            if self._stop:
+                raise RunFailed("stopped while waiting for the learner; the last batch was not learnt from") from None
+            log.warning("learner unavailable (%s); retrying in %.1f s", exc.code().name, delay_s)
+
+        try:
+            return await retry(lambda: self.learner.submit(batch, version, return_policy=True), deadline=deadline,
+                               delay_s=0.2, max_delay_s=5.0, before_wait=before_wait)
+        except RetryExpired:
+            raise RunFailed(f"learner {self.config.learner} unavailable for {self.config.learner_wait_s:g} s") from None
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                raise RunFailed(f"learner refused the batch: {exc.code().name}: {exc.details()}") from None
+            refusal = exc.details()
+        # Stale version, or a learner restarted without our spaces: re-initialise
+        # (idempotent), fetch its policy, and drop the batch if the version moved.
+        spaces = self.pool.observation_space, self.pool.action_space
+        await self._retry_learner(deadline, lambda: self.learner.initialize(*spaces))
+        policy = await self._retry_learner(deadline, self.learner.get_policy)
+        if policy.version == version:
+            raise RunFailed(f"learner refused the batch: {refusal}")
+        log.warning("batch of version %d refused (%s); sampling again with version %d",
+                    version, refusal, policy.version)
+        self.runner.load(policy.version, policy.weights)
+        self.stale_batches += 1
+        return None
 
     async def _retry_learner(self, deadline: float, call):
-        delay = 0.2
-        while True:
-            try:
-                return await call()
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() not in _RETRYABLE or time.monotonic() + delay > deadline:
-                    raise RunFailed(f"learner: {exc.code().name}: {exc.details()}") from None
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        try:
+            return await retry(call, deadline=deadline, delay_s=0.2, max_delay_s=5.0)
+        except RetryExpired as expired:
+            error = expired.error
+        except grpc.aio.AioRpcError as exc:
+            error = exc
+        raise RunFailed(f"learner: {error.code().name}: {error.details()}")
 
 
 def _json_default(value):

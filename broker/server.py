@@ -16,7 +16,7 @@ import grpc
 from grpc_health.v1 import health
 
 from broker.config import BrokerConfig
-from broker.run import BrokerRun
+from broker.run import BrokerRun, RunState
 from broker.servicer import BrokerServicer
 from fast.rpc import display_address, start_server
 from fast.v1 import broker_pb2 as pb
@@ -47,10 +47,11 @@ async def serve(config: BrokerConfig, grace_s: float = 30.0) -> int:
     try:
         await task
     except asyncio.CancelledError:
-        run.state, run.error = "failed", "stopped during an iteration"
+        run.fail("stopped during an iteration")
     # Linger briefly so status pollers can read the final state.
     await asyncio.sleep(0.2)
     await health_servicer.enter_graceful_shutdown()
     await server.stop(1.0)
-    print(f"fast broker {run.state} after {run.iteration} iterations" + (f": {run.error}" if run.error else ""), flush=True)
-    return 0 if run.state == "done" else 1
+    print(f"fast broker {run.state.value} after {run.iteration} iterations" + (f": {run.error}" if run.error else ""),
+          flush=True)
+    return 0 if run.state is RunState.DONE else 1

@@ -7,17 +7,17 @@ import json
 import grpc
 
 from broker.pool import resolve_addresses
-from broker.run import BrokerRun
+from broker.run import BrokerRun, RunState
 from fast.v1 import broker_pb2 as pb
 from fast.v1 import broker_pb2_grpc as pb_grpc
 from sim_server.client import SimulatorClient
 
 _STATES = {
-    "starting": pb.RUN_STATE_STARTING,
-    "running": pb.RUN_STATE_RUNNING,
-    "paused": pb.RUN_STATE_PAUSED,
-    "done": pb.RUN_STATE_DONE,
-    "failed": pb.RUN_STATE_FAILED,
+    RunState.STARTING: pb.RUN_STATE_STARTING,
+    RunState.RUNNING: pb.RUN_STATE_RUNNING,
+    RunState.PAUSED: pb.RUN_STATE_PAUSED,
+    RunState.DONE: pb.RUN_STATE_DONE,
+    RunState.FAILED: pb.RUN_STATE_FAILED,
 }
 
 
@@ -58,28 +58,24 @@ class BrokerServicer(pb_grpc.BrokerServicer):
                 desc = await client.describe()
             except grpc.aio.AioRpcError as exc:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, f"simulator {address} did not answer Describe: {exc.details()}")
-        pool = self.run.pool
-        if pool.observation_space is not None:
-            if (desc.observation_space.shape, desc.action_space.shape, desc.action_space.kind) != (
-                pool.observation_space.shape, pool.action_space.shape, pool.action_space.kind
-            ):
-                await context.abort(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"simulator {address} serves {desc.env_id} with observation {list(desc.observation_space.shape)} and "
-                    f"action {desc.action_space.kind} {list(desc.action_space.shape)}; the run's spaces differ",
-                )
+        # The pool's own admission rule, so a simulator accepted here is not refused when it joins.
+        refusal = self.run.pool.refusal(address, desc)
+        if refusal:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, refusal)
         self.run.register(address)
         return pb.RegisterSimulatorResponse(num_slots=desc.num_slots, env_id=desc.env_id)
 
     async def Control(self, request, context) -> pb.ControlResponse:
         run = self.run
         if request.action == pb.CONTROL_ACTION_PAUSE:
-            if run.state in ("done", "failed"):
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"the run is {run.state}; nothing to pause")
+            if run.state.finished:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                    f"the run is {run.state.value}; nothing to pause")
             run.pause()
         elif request.action == pb.CONTROL_ACTION_RESUME:
-            if run.state in ("done", "failed"):
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"the run is {run.state}; nothing to resume")
+            if run.state.finished:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                    f"the run is {run.state.value}; nothing to resume")
             run.resume()
         elif request.action == pb.CONTROL_ACTION_STOP:
             run.stop()

@@ -14,9 +14,9 @@ import numpy as np
 import torch
 
 from broker.dealer import ClipDealer
-from broker.lockstep import LockstepSampler
 from broker.policy_runner import PolicyRunner
 from broker.pool import PoolTimeouts, SimulatorPool
+from broker.samplers import make_sampler
 from jobs.processes import start_service
 from fast.v1 import broker_pb2, broker_pb2_grpc
 from learner.batch import RolloutBatch
@@ -55,8 +55,8 @@ def test_killed_simulator_masks_its_slots_and_is_readmitted() -> None:
             await pool.add(a.address)
             await pool.add(b.address)
             runner = PolicyRunner(pool.observation_space, pool.action_space, (16,), seed=0)
-            sampler = LockstepSampler(pool, runner, ClipDealer(pool.num_clips, holdout_every=10, seed=0), mode="fast",
-                                      samples_per_iteration=400, alpha=1.0, t_max=30)
+            sampler = make_sampler("fast", pool, runner, ClipDealer(pool.num_clips, holdout_every=10, seed=0),
+                                   samples_per_iteration=400, alpha=1.0, t_max=30)
             first = await sampler.sample()
             restarted.append(start_service("sim-b2", [*sim_args, "--port", _port(b.address)]))
             await asyncio.sleep(0.5)  # past b's backoff
@@ -188,8 +188,8 @@ def test_stalled_simulator_times_out_and_is_readmitted_when_it_resumes() -> None
             await pool.add(a.address)
             await pool.add(b.address)
             runner = PolicyRunner(pool.observation_space, pool.action_space, (16,), seed=0)
-            sampler = LockstepSampler(pool, runner, ClipDealer(pool.num_clips, holdout_every=10, seed=0), mode="autoreset",
-                                      samples_per_iteration=300, stall_timeout_s=10)
+            sampler = make_sampler("autoreset", pool, runner, ClipDealer(pool.num_clips, holdout_every=10, seed=0),
+                                   samples_per_iteration=300, stall_timeout_s=10)
             started = time.monotonic()
             first = await sampler.sample()
             elapsed = time.monotonic() - started

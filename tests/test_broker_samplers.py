@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from broker import dpsa
 from broker.dealer import ClipDealer, holdout_clips
-from broker.lockstep import LockstepSampler
 from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
 from broker.recorder import RolloutRecorder
-from broker.ver import VerSampler
+from broker.samplers import MODE_NAMES, make_sampler
+from broker.samplers.fast import Dpsa, round_ends, termination_rate
+from broker.samplers.sgr import SynchronousGlobalReset
 from learner.batch import RolloutBatch
 from learner.gae import masked_gae
 from sim_server.cost_model import CostModel, CostModelConfig
@@ -73,8 +73,25 @@ def _check_batch(batch: dict) -> RolloutBatch:
     ],
 )
 def test_round_ends_exactly_at_alpha_or_t_max(done, steps, alpha, t_max, expected) -> None:
-    assert dpsa.round_ends(np.array(done, bool), steps, alpha, t_max) is expected
-    assert dpsa.termination_rate(np.array(done, bool)) == sum(done) / len(done)
+    assert round_ends(np.array(done, bool), steps, alpha, t_max) is expected
+    assert termination_rate(np.array(done, bool)) == sum(done) / len(done)
+    rule, live, nothing = Dpsa(alpha, t_max), np.ones(len(done), bool), np.zeros(0, np.int64)
+    assert rule.round_over(ended=nothing, live=live, done=np.array(done, bool), steps=steps) is expected
+
+
+def test_round_rules_of_sgr_and_fast_when_nothing_or_no_one_is_left() -> None:
+    sgr, nothing = SynchronousGlobalReset(), np.zeros(0, np.int64)
+    assert sgr.round_over(ended=np.array([2]), live=np.ones(3, bool), done=np.zeros(3, bool), steps=1)
+    assert not sgr.round_over(ended=nothing, live=np.ones(3, bool), done=np.zeros(3, bool), steps=1)
+    assert sgr.round_over(ended=nothing, live=np.zeros(3, bool), done=np.ones(3, bool), steps=1)  # all failed
+    # A round whose every reset failed has no members: it is over at once.
+    assert Dpsa(0.5, 100).round_over(ended=nothing, live=np.zeros(3, bool), done=np.zeros(0, bool), steps=1)
+
+
+def test_registry_lists_every_mode_once_and_refuses_others() -> None:
+    assert MODE_NAMES == ("sc", "autoreset", "sgr", "ver", "fast")
+    with pytest.raises(ValueError, match="mode 'async' is unknown; use one of sc, autoreset, sgr, ver, fast"):
+        make_sampler("async", None, None, None, samples_per_iteration=1)
 
 
 def test_dealer_visits_every_training_clip_and_never_holdout() -> None:
@@ -110,8 +127,8 @@ def test_fast_pads_ended_slots_and_truncates_at_alpha() -> None:
     async def go():
         env = ScriptedLengthEnv([2, 5, 9, 20])
         async with scripted_pool(env) as (pool, runner):
-            sampler = LockstepSampler(pool, runner, ClipDealer(50, holdout_every=0, seed=0), mode="fast",
-                                      samples_per_iteration=1, alpha=0.5, t_max=100)
+            sampler = make_sampler("fast", pool, runner, ClipDealer(50, holdout_every=0, seed=0),
+                                   samples_per_iteration=1, alpha=0.5, t_max=100)
             batch, stats = await sampler.sample()
             return env, batch, stats
 
@@ -134,8 +151,8 @@ def test_fast_truncates_at_t_max_and_concatenates_rounds() -> None:
     async def go():
         env = ScriptedLengthEnv([50, 60, 70, 80])
         async with scripted_pool(env) as (pool, runner):
-            sampler = LockstepSampler(pool, runner, ClipDealer(50, holdout_every=0, seed=0), mode="fast",
-                                      samples_per_iteration=20, alpha=0.5, t_max=3)
+            sampler = make_sampler("fast", pool, runner, ClipDealer(50, holdout_every=0, seed=0),
+                                   samples_per_iteration=20, alpha=0.5, t_max=3)
             return env, *(await sampler.sample())
 
     env, batch, stats = asyncio.run(go())
@@ -149,7 +166,8 @@ def test_sgr_resets_every_slot_on_first_termination() -> None:
     async def go():
         env = ScriptedLengthEnv([3, 7, 9, 20])
         async with scripted_pool(env) as (pool, runner):
-            sampler = LockstepSampler(pool, runner, ClipDealer(50, holdout_every=0, seed=0), mode="sgr", samples_per_iteration=20)
+            sampler = make_sampler("sgr", pool, runner, ClipDealer(50, holdout_every=0, seed=0),
+                                   samples_per_iteration=20)
             return env, *(await sampler.sample())
 
     env, batch, stats = asyncio.run(go())
@@ -164,7 +182,8 @@ def test_autoreset_resets_ended_slot_alone_within_the_step() -> None:
     async def go():
         env = ScriptedLengthEnv([2, 100, 100], truncating=(0,))
         async with scripted_pool(env) as (pool, runner):
-            sampler = LockstepSampler(pool, runner, ClipDealer(50, holdout_every=0, seed=0), mode="autoreset", samples_per_iteration=15)
+            sampler = make_sampler("autoreset", pool, runner, ClipDealer(50, holdout_every=0, seed=0),
+                                   samples_per_iteration=15)
             first = await sampler.sample()
             resets_in_first = list(env.reset_calls)
             second = await sampler.sample()
@@ -185,7 +204,7 @@ def test_sc_uses_one_slot() -> None:
     async def go():
         env = ScriptedLengthEnv([4, 4])
         async with scripted_pool(env) as (pool, runner):
-            sampler = LockstepSampler(pool, runner, ClipDealer(50, holdout_every=0, seed=0), mode="sc", samples_per_iteration=9)
+            sampler = make_sampler("sc", pool, runner, ClipDealer(50, holdout_every=0, seed=0), samples_per_iteration=9)
             return env, *(await sampler.sample())
 
     env, batch, _ = asyncio.run(go())
@@ -197,7 +216,8 @@ def test_ver_fills_budget_unevenly_without_padding() -> None:
     async def go():
         env = ScriptedLengthEnv([2, 30, 30])
         async with scripted_pool(env) as (pool, runner):
-            sampler = VerSampler(pool, runner, ClipDealer(50, holdout_every=0, seed=0), samples_per_iteration=40)
+            sampler = make_sampler("ver", pool, runner, ClipDealer(50, holdout_every=0, seed=0),
+                                   samples_per_iteration=40)
             return env, *(await sampler.sample())
 
     env, batch, stats = asyncio.run(go())

@@ -63,7 +63,7 @@ def test_register_pause_resume_stop(tmp_path) -> None:
             for request, code, fragment in [
                 (pb.RegisterSimulatorRequest(address=""), grpc.StatusCode.INVALID_ARGUMENT, "address is empty"),
                 (pb.RegisterSimulatorRequest(address="127.0.0.1:1"), grpc.StatusCode.UNAVAILABLE, "did not answer"),
-                (pb.RegisterSimulatorRequest(address=cartpole.address), grpc.StatusCode.FAILED_PRECONDITION, "spaces differ"),
+                (pb.RegisterSimulatorRequest(address=cartpole.address), grpc.StatusCode.FAILED_PRECONDITION, "does not match the pool"),
             ]:
                 with pytest.raises(grpc.RpcError) as excinfo:
                     stub.RegisterSimulator(request, timeout=10)

@@ -1,17 +1,14 @@
-"""Lock-step samplers: `sc`, `autoreset`, `sgr` and `fast` share one loop and differ only in
-what happens when episodes end.
+"""The lock-step loop that `sc`, `autoreset`, `sgr` and `fast` share; each mode's rule is a
+`LockstepRule` in a module of its own name (sc.py, autoreset.py, sgr.py, fast.py).
 
 Every step: one forward pass for the slots that act, one Step call per server (concurrent),
-one row of the [T, N] batch. Then the mode's rule:
-- sc / autoreset: a slot whose episode ended is reset at once, on its own (one Reset call
-  per slot, as each env of a Gymnasium vector env resets itself);
-- sgr: the first episode that ends ends the round: every live slot is truncated and all
-  slots reset together (one batched Reset per server);
-- fast (DPSA): an ended slot is padded with masked virtual steps; the round ends when the
-  termination rate reaches alpha or the round reaches t_max (broker/dpsa.py), then live slots
-  are truncated (bootstrapped) and all slots reset in one batched Reset per server.
-sc and autoreset carry live episodes across iterations (truncated and bootstrapped at the
-iteration's end); sgr and fast end every iteration at a round boundary.
+one row of the [T, N] batch. Then the mode's rule says what happens when episodes end:
+- without rounds (sc, autoreset): a slot whose episode ended is reset at once, on its own
+  (one Reset call per slot, as each env of a Gymnasium vector env resets itself); live
+  episodes carry across iterations (truncated and bootstrapped at the iteration's end);
+- with rounds (sgr, fast): a round starts with one batched Reset per server for every slot;
+  when the rule says the round is over, live slots are truncated (bootstrapped) and the next
+  round starts; every iteration ends at a round boundary.
 
 Faults: a slot whose server fails is padding from that step; its previous step, if it was
 open, is truncated and bootstrapped from V of the observation the slot last received.
@@ -21,21 +18,40 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from broker import dpsa
-from broker.dealer import ClipDealer
 from broker.metrics import IterationStats
-from broker.policy_runner import PolicyRunner
-from broker.pool import SimulatorPool
 from broker.recorder import RolloutRecorder
+from broker.samplers.base import SamplingError
 
-LOCKSTEP_MODES = ("sc", "autoreset", "sgr", "fast")
+if TYPE_CHECKING:
+    from broker.dealer import ClipDealer
+    from broker.policy_runner import PolicyRunner
+    from broker.pool import SimulatorPool
 
 
-class SamplingError(RuntimeError):
-    """Sampling cannot go on (e.g. no simulator answered within the stall timeout)."""
+class LockstepRule:
+    """What one lock-step mode decides; `LockstepSampler` does everything else."""
+
+    name: ClassVar[str]
+    # True: the mode runs in rounds, each opened by one batched global reset and closed by a
+    # global truncation when `round_over` says so. False: ended slots are reset one by one.
+    rounds: ClassVar[bool] = False
+
+    def drives(self, slots: np.ndarray) -> np.ndarray:
+        """The slots (global ids) the mode steps, out of those it is offered."""
+        return slots
+
+    def round_over(self, *, ended: np.ndarray, live: np.ndarray, done: np.ndarray, steps: int) -> bool:
+        """After a lock-step step of a round: must the round end now?
+
+        ended: positions of the slots whose episode ended at this step; live: bool [n], a live
+        episode runs in the slot; done: bool per round member (slots reset at the round's start),
+        its episode ended or its simulator failed this round; steps: lock-step steps in the round.
+        """
+        raise NotImplementedError(f"mode {self.name} has no rounds")
 
 
 class LockstepSampler:
@@ -44,24 +60,19 @@ class LockstepSampler:
         pool: SimulatorPool,
         runner: PolicyRunner,
         dealer: ClipDealer,
+        rule: LockstepRule,
         *,
-        mode: str,
         samples_per_iteration: int,
-        alpha: float = 1.0,
-        t_max: int = 1000,
         stall_timeout_s: float = 60.0,
         slots: np.ndarray | None = None,
     ) -> None:
-        if mode not in LOCKSTEP_MODES:
-            raise ValueError(f"mode {mode!r} is not a lock-step mode; use one of {', '.join(LOCKSTEP_MODES)}")
         self.pool, self.runner, self.dealer = pool, runner, dealer
-        self.mode = mode
+        self.rule = rule
         self.samples_per_iteration = samples_per_iteration
-        self.alpha, self.t_max = alpha, t_max
         self.stall_timeout_s = stall_timeout_s
-        # Global ids of the slots this sampler drives (all by default; sc drives the first only).
+        # Global ids of the slots this sampler drives (those offered, all by default, as the rule picks).
         slots = np.arange(pool.num_slots) if slots is None else np.asarray(slots, dtype=np.int64)
-        self.slots = slots[:1] if mode == "sc" else slots
+        self.slots = rule.drives(slots)
         n = self.slots.size
         space = pool.observation_space
         self.obs = np.zeros((n, *space.shape), dtype=space.dtype)
@@ -72,8 +83,12 @@ class LockstepSampler:
         self.round_steps = 0
 
     @property
+    def mode(self) -> str:
+        return self.rule.name
+
+    @property
     def rounds(self) -> bool:
-        return self.mode in ("sgr", "fast")
+        return self.rule.rounds
 
     def _up(self) -> np.ndarray:
         return self.pool.up_mask()[self.slots]
@@ -128,7 +143,7 @@ class LockstepSampler:
         self.live[:] = False
 
     async def _refill(self, stats: IterationStats) -> None:
-        """sc / autoreset: reset every slot without a live episode whose server is up."""
+        """Modes without rounds: reset every slot without a live episode whose server is up."""
         if not self._up().all():
             await self.pool.readmit_due()
         idle = np.flatnonzero(~self.live & self._up())
@@ -208,12 +223,8 @@ class LockstepSampler:
 
             self.round_steps += 1
             self.round_done[ended] = True
-            if self.mode == "sgr":
-                round_over = ended.size > 0 or not self.live.any()
-            else:
-                members = self.round_members
-                round_over = dpsa.round_ends(self.round_done[members], self.round_steps, self.alpha, self.t_max) if members.any() else True
-            if round_over:
+            done = self.round_done[self.round_members]
+            if self.rule.round_over(ended=ended, live=self.live, done=done, steps=self.round_steps):
                 self._end_round(row, recorder, stats)
                 if stats.valid >= self.samples_per_iteration:
                     break
@@ -225,7 +236,8 @@ class LockstepSampler:
         stats.wall_s = time.perf_counter() - started
         return batch, stats
 
-    def _fault(self, row: int, idx: np.ndarray, failed: np.ndarray, values: np.ndarray, recorder: RolloutRecorder, stats: IterationStats) -> None:
+    def _fault(self, row: int, idx: np.ndarray, failed: np.ndarray, values: np.ndarray, recorder: RolloutRecorder,
+               stats: IterationStats) -> None:
         """Slots whose server failed at this row: padding from here; their open previous step is bootstrapped."""
         for j in np.flatnonzero(failed):
             s = int(idx[j])

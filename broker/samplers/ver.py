@@ -1,4 +1,4 @@
-"""VER, variable experience rollout (as habitat-lab's): every slot runs on its own.
+"""`ver`, variable experience rollout (as habitat-lab's): every slot runs on its own.
 
 Each slot loops: infer, step, and on an episode's end reset, all without waiting for the
 other slots. Inference is batched over whichever slots are waiting for an action at that
@@ -17,14 +17,17 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from broker.dealer import ClipDealer
-from broker.lockstep import SamplingError
 from broker.metrics import IterationStats
-from broker.policy_runner import PolicyRunner
-from broker.pool import SimulatorPool
+from broker.samplers.base import SamplingError
+
+if TYPE_CHECKING:
+    from broker.dealer import ClipDealer
+    from broker.policy_runner import PolicyRunner
+    from broker.pool import SimulatorPool
 
 
 class InferenceBatcher:
@@ -53,7 +56,8 @@ class InferenceBatcher:
         self.passes += 1
         for j, (_, future) in enumerate(pending):
             if not future.cancelled():
-                future.set_result((decision.actions[j], decision.env_actions[j], decision.logprobs[j], decision.values[j]))
+                future.set_result((decision.actions[j], decision.env_actions[j], decision.logprobs[j],
+                                   decision.values[j]))
 
 
 @dataclass
@@ -201,3 +205,10 @@ class VerSampler:
         batch["valid_mask"] = np.ones(bootstrap.size, dtype=bool)
         # [L] -> [L, 1]: one long column; segment ends keep GAE from crossing segments.
         return {k: v.reshape(v.shape[0], 1, *v.shape[1:]) for k, v in batch.items()}
+
+
+def sampler(pool: SimulatorPool, runner: PolicyRunner, dealer: ClipDealer, *, samples_per_iteration: int,
+            alpha: float, t_max: int, stall_timeout_s: float, slots: np.ndarray | None = None) -> VerSampler:
+    """The registry's constructor (broker/samplers/__init__.py); alpha and t_max are DPSA's, unused here."""
+    return VerSampler(pool, runner, dealer, samples_per_iteration=samples_per_iteration,
+                      stall_timeout_s=stall_timeout_s, slots=slots)
