@@ -1,29 +1,12 @@
-"""The learner's maths: masked batches, masked GAE, the SMPO loss and the PPO update.
+"""The learner service: PPO with the SMPO loss on masked `[T, N]` batches, behind fast.v1.Learner.
 
-Plain importable modules with no transport; the learner service wraps them.
+Import the submodule you need; this package imports nothing, so a user of the wire format or
+the policy network (the broker) does not load the optimiser:
+
+    learner.wire        the messages to and from Python values (shared by client and servicer)
+    learner.client      the asyncio client the broker uses
+    learner.policy      the actor-critic network and its weights as bytes
+    learner.checkpoint  checkpoints on disk, and a checkpoint's policy as weights bytes
+    learner.batch, .gae, .smpo, .ppo   the maths: masked batches, masked GAE, the loss, the update
+    learner.core, .servicer, .server   the service: logic, gRPC translation, process
 """
-
-from learner.batch import RolloutBatch
-from learner.device import pick_device
-from learner.gae import masked_gae
-from learner.policy import ActionSpec, ActorCritic, export_weights, import_weights
-from learner.ppo import PPOConfig, PPOLearner
-from learner.smpo import SMPOLoss, explained_variance, masked_mean, normalize_advantages, smpo_loss, smpo_loss_terms
-
-__all__ = [
-    "ActionSpec",
-    "ActorCritic",
-    "PPOConfig",
-    "PPOLearner",
-    "RolloutBatch",
-    "SMPOLoss",
-    "explained_variance",
-    "export_weights",
-    "import_weights",
-    "masked_gae",
-    "masked_mean",
-    "normalize_advantages",
-    "pick_device",
-    "smpo_loss",
-    "smpo_loss_terms",
-]

@@ -12,6 +12,9 @@ cannot run code):
     learner            PPOLearner.state_dict(): policy weights, Adam state, shuffle RNG state
     config             dict, a summary of the LearnerConfig that wrote it (for people, not read back)
 
+`policy_weights` turns a checkpoint into the policy's weights bytes, for whoever plays it
+(`fast train`'s evaluation, `fast compare`, the benchmarks).
+
 A write goes to a hidden temporary file in the same directory, is fsynced, then renamed over
 the final name: a crash (kill -9, power loss) leaves either the old set of checkpoints or the
 new one, never a half-written `ckpt-*.pt`. Should a newest file still be unreadable (disk
@@ -31,6 +34,7 @@ import torch
 
 from fast.spaces import SpaceSpec, space_from_proto, space_to_proto
 from fast.v1 import tensor_pb2
+from learner.policy import ActorCritic, export_weights
 
 FORMAT = "fast.learner.checkpoint/1"
 _NAME = re.compile(r"^ckpt-(\d{9,})\.pt$")
@@ -114,7 +118,9 @@ def load_checkpoint(path: Path) -> Checkpoint:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises several types for truncated or foreign files
-        raise CheckpointError(f"checkpoint {path} is unreadable ({type(error).__name__}: {_first_line(error)})") from error
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable ({type(error).__name__}: {_first_line(error)})"
+        ) from error
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
         raise CheckpointError(f"checkpoint {path} is not a {FORMAT} file (format {found!r})")
@@ -135,7 +141,9 @@ def load_checkpoint(path: Path) -> Checkpoint:
     except CheckpointError:
         raise
     except Exception as error:
-        raise CheckpointError(f"checkpoint {path} is malformed ({type(error).__name__}: {_first_line(error)})") from error
+        raise CheckpointError(
+            f"checkpoint {path} is malformed ({type(error).__name__}: {_first_line(error)})"
+        ) from error
 
 
 def load_latest(directory: Path) -> Checkpoint | None:
@@ -163,6 +171,18 @@ def load_latest(directory: Path) -> Checkpoint | None:
             + "; move the files away to start afresh at version 0, or point --checkpoint-dir elsewhere"
         )
     return None
+
+
+def policy_weights(checkpoint: Checkpoint) -> bytes:
+    """The checkpoint's policy as learner.policy.export_weights bytes (what PolicyRunner.load and
+    import_weights take); CheckpointError naming the file if the weights do not fit its spaces."""
+    try:
+        policy = ActorCritic(checkpoint.observation_space.shape, checkpoint.action_space, checkpoint.hidden_sizes)
+        policy.load_state_dict(checkpoint.learner_state["policy"])
+    except (KeyError, RuntimeError, ValueError) as error:
+        raise CheckpointError(f"checkpoint {checkpoint.path}: the policy weights do not fit its own spaces and hidden "
+                              f"sizes ({type(error).__name__}: {_first_line(error)})") from None
+    return export_weights(policy)
 
 
 def prune_checkpoints(directory: Path, keep: int) -> list[Path]:

@@ -24,26 +24,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
-
-from fast import tensor
 from fast.rpc import RpcClient
-from fast.spaces import SpaceSpec, space_from_proto, space_to_proto
+from fast.spaces import SpaceSpec, space_to_proto
 from fast.v1 import learner_pb2 as pb
 from fast.v1 import learner_pb2_grpc as pb_grpc
+from learner import wire
 from learner.policy import ActorCritic, import_weights
-from learner.servicer import BATCH_TENSOR_FIELDS, STATS_FIELDS
+from learner.wire import LearnerStatus, batch_to_proto, stats_from_proto
+
+__all__ = ["LearnerClient", "LearnerStatus", "Policy", "SubmitReply"]
 
 
-@dataclass(frozen=True)
-class Policy:
-    """A policy version as the learner shipped it."""
-
-    version: int
-    weights: bytes  # learner.policy.export_weights bytes; b"" when the caller already held `version`
-    hidden_sizes: tuple[int, ...]
-    observation_space: SpaceSpec
-    action_space: SpaceSpec
+class Policy(wire.Policy):
+    """A policy version as the learner shipped it, and the network it describes."""
 
     def actor_critic(self) -> ActorCritic:
         """A fresh CPU ActorCritic holding these weights (ValueError if weights were left out)."""
@@ -60,47 +53,6 @@ class SubmitReply:
     # explained_variance, grad_norm, update_time_s, num_valid, num_total
     policy_version: int  # the version after the update
     policy: Policy | None  # the updated policy, when submitted with return_policy=True
-
-
-@dataclass(frozen=True)
-class LearnerStatus:
-    initialized: bool
-    policy_version: int
-    device: str  # "cpu", "cuda:0", ...
-    updates_this_process: int
-    last_stats: dict[str, float] | None
-    last_checkpoint: str  # "" if none
-    stale_batches_refused: int
-
-
-def _stats(message: pb.UpdateStats) -> dict[str, float]:
-    return {name: getattr(message, name) for name in STATS_FIELDS}
-
-
-def _policy(message: pb.Policy) -> Policy:
-    return Policy(
-        version=message.version,
-        weights=message.weights,
-        hidden_sizes=tuple(message.hidden_sizes),
-        observation_space=space_from_proto(message.observation_space, field="policy.observation_space"),
-        action_space=space_from_proto(message.action_space, field="policy.action_space"),
-    )
-
-
-def batch_to_proto(arrays: Mapping[str, Any], policy_version: int) -> pb.RolloutBatch:
-    """Encode the nine RolloutBatch arrays (sent with their dtypes as given; the learner validates)."""
-    extra = set(arrays) - set(BATCH_TENSOR_FIELDS) - {"policy_version"}
-    missing = [name for name in BATCH_TENSOR_FIELDS if name not in arrays]
-    if missing or extra:
-        raise ValueError(f"submit: arrays must hold exactly {list(BATCH_TENSOR_FIELDS)}; missing {missing}, "
-                         f"unknown {sorted(extra)}")
-    if "policy_version" in arrays and int(arrays["policy_version"]) != policy_version:
-        raise ValueError(f"submit: arrays['policy_version']={arrays['policy_version']} disagrees with "
-                         f"policy_version={policy_version}")
-    return pb.RolloutBatch(
-        policy_version=policy_version,
-        **{name: tensor.to_proto(np.asarray(arrays[name])) for name in BATCH_TENSOR_FIELDS},
-    )
 
 
 class LearnerClient(RpcClient):
@@ -123,7 +75,9 @@ class LearnerClient(RpcClient):
     async def initialize(self, observation_space: SpaceSpec, action_space: SpaceSpec) -> tuple[int, bool]:
         """Set the spaces (idempotent); returns (policy_version, resumed)."""
         r = await self._stub.Initialize(
-            pb.InitializeRequest(observation_space=space_to_proto(observation_space), action_space=space_to_proto(action_space)),
+            pb.InitializeRequest(
+                observation_space=space_to_proto(observation_space), action_space=space_to_proto(action_space)
+            ),
             timeout=self.timeout_s,
         )
         return r.policy_version, r.resumed
@@ -131,9 +85,11 @@ class LearnerClient(RpcClient):
     async def get_policy(self, known_version: int = -1) -> Policy:
         """The current policy; its weights are b"" when `known_version` is already current."""
         r = await self._stub.GetPolicy(pb.GetPolicyRequest(known_version=known_version), timeout=self.timeout_s)
-        return _policy(r.policy)
+        return Policy.from_proto(r.policy)
 
-    async def submit(self, arrays: Mapping[str, Any], policy_version: int, *, return_policy: bool = True) -> SubmitReply:
+    async def submit(
+        self, arrays: Mapping[str, Any], policy_version: int, *, return_policy: bool = True
+    ) -> SubmitReply:
         """Learn from one batch sampled by `policy_version`.
 
         `arrays` holds the RolloutBatch fields as numpy arrays laid out [T, N] (docs/smpo.md):
@@ -144,22 +100,14 @@ class LearnerClient(RpcClient):
             timeout=self.update_timeout_s,
         )
         return SubmitReply(
-            stats=_stats(r.stats),
+            stats=stats_from_proto(r.stats),
             policy_version=r.policy_version,
-            policy=_policy(r.policy) if r.HasField("policy") else None,
+            policy=Policy.from_proto(r.policy) if r.HasField("policy") else None,
         )
 
     async def status(self) -> LearnerStatus:
         r = await self._stub.GetStatus(pb.GetStatusRequest(), timeout=self.timeout_s)
-        return LearnerStatus(
-            initialized=r.initialized,
-            policy_version=r.policy_version,
-            device=r.device,
-            updates_this_process=r.updates_this_process,
-            last_stats=_stats(r.last_stats) if r.HasField("last_stats") else None,
-            last_checkpoint=r.last_checkpoint,
-            stale_batches_refused=r.stale_batches_refused,
-        )
+        return LearnerStatus.from_proto(r)
 
     async def save_checkpoint(self) -> tuple[Path, int]:
         """Write a checkpoint now; returns (path on the learner's machine, policy_version)."""

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fast.spaces import SpaceSpec, describe_space, spaces_equal
+from fast.spaces import SpaceSpec, describe_space, space_mismatch
 from learner.batch import RolloutBatch
 from learner.checkpoint import Checkpoint, CheckpointError, load_latest, prune_checkpoints, save_checkpoint
 from learner.config import LearnerConfig
@@ -34,38 +34,17 @@ from learner.device import pick_device
 from learner.errors import failed_precondition, invalid_argument
 from learner.policy import ActionSpec, ActorCritic, export_weights
 from learner.ppo import PPOLearner
+from learner.wire import LearnerStatus, Policy
 
 log = logging.getLogger("fast.learner")
-
-
-@dataclass(frozen=True)
-class PolicySnapshot:
-    """The policy at one version, as shipped to samplers."""
-
-    version: int
-    weights: bytes  # learner.policy.export_weights; b"" when the caller already holds `version`
-    hidden_sizes: tuple[int, ...]
-    observation_space: SpaceSpec
-    action_space: SpaceSpec
 
 
 @dataclass(frozen=True)
 class UpdateResult:
     stats: dict[str, float]  # PPOLearner.update's statistics
     policy_version: int  # the version after the update
-    policy: PolicySnapshot  # the updated policy (weights included)
+    policy: Policy  # the updated policy (weights included)
     checkpoint: Path | None  # written after this update (every K versions), else None
-
-
-@dataclass(frozen=True)
-class LearnerStatus:
-    initialized: bool
-    policy_version: int
-    device: str
-    updates_this_process: int
-    last_stats: dict[str, float] | None
-    last_checkpoint: Path | None
-    stale_batches_refused: int
 
 
 def check_spaces(observation_space: SpaceSpec, action_space: SpaceSpec) -> ActionSpec:
@@ -112,7 +91,7 @@ class LearnerCore:
         self._spaces: tuple[SpaceSpec, SpaceSpec] | None = None
         self._hidden_sizes = tuple(config.hidden_sizes)
         self._version = 0
-        self._published: PolicySnapshot | None = None
+        self._published: Policy | None = None
         self._checkpointed_version: int | None = None
         self.updates_this_process = 0
         self.stale_batches_refused = 0
@@ -139,11 +118,11 @@ class LearnerCore:
             device=self.device_name,
             updates_this_process=self.updates_this_process,
             last_stats=self.last_stats,
-            last_checkpoint=self.last_checkpoint,
+            last_checkpoint=str(self.last_checkpoint or ""),
             stale_batches_refused=self.stale_batches_refused,
         )
 
-    def get_policy(self, known_version: int = -1) -> PolicySnapshot:
+    def get_policy(self, known_version: int = -1) -> Policy:
         """The current policy; weights are left out (b"") when `known_version` is current."""
         snapshot = self._require_initialized("GetPolicy")
         return replace(snapshot, weights=b"") if known_version == snapshot.version else snapshot
@@ -211,9 +190,17 @@ class LearnerCore:
     def _confirm_spaces(self, observation_space: SpaceSpec, action_space: SpaceSpec) -> tuple[int, bool]:
         assert self._spaces is not None
         have_obs, have_act = self._spaces
-        if spaces_equal(have_obs, observation_space) and spaces_equal(have_act, action_space):
+        mismatches = [
+            text for text in (space_mismatch("observation_space", have_obs, observation_space),
+                              space_mismatch("action_space", have_act, action_space)) if text
+        ]
+        if not mismatches:
             return self._version, True
-        raise failed_precondition(self._spaces_mismatch(observation_space, action_space))
+        raise failed_precondition(
+            f"Initialize with other spaces than the learner's: {'; '.join(mismatches)} (policy version "
+            f"{self._version}, checkpoints in {self.config.checkpoint_dir}); initialize with the learner's spaces, "
+            "or start a learner on another --checkpoint-dir for a new run"
+        )
 
     def _submit_blocking(self, batch: RolloutBatch) -> UpdateResult:
         with self._state_lock:
@@ -257,7 +244,7 @@ class LearnerCore:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _require_initialized(self, call: str) -> PolicySnapshot:
+    def _require_initialized(self, call: str) -> Policy:
         snapshot = self._published
         if snapshot is None:
             raise failed_precondition(
@@ -305,27 +292,13 @@ class LearnerCore:
                     f"[{int(taken.min())}, {int(taken.max())}]"
                 )
         if batch.num_valid == 0:
-            raise invalid_argument("RolloutBatch.valid_mask: no valid transition; a batch needs at least one valid step")
+            raise invalid_argument(
+                "RolloutBatch.valid_mask: no valid transition; a batch needs at least one valid step"
+            )
 
-    def _spaces_mismatch(self, observation_space: SpaceSpec, action_space: SpaceSpec) -> str:
-        assert self._spaces is not None
-        have_obs, have_act = self._spaces
-        parts = []
-        for name, have, got in (("observation_space", have_obs, observation_space), ("action_space", have_act, action_space)):
-            if not spaces_equal(have, got):
-                have_text, got_text = describe_space(have), describe_space(got)
-                if have_text == got_text:
-                    got_text += " with other bounds"
-                parts.append(f"{name} is {got_text} but the learner's is {have_text}")
-        return (
-            f"Initialize with other spaces: {'; '.join(parts)} (policy version {self._version}, checkpoints in "
-            f"{self.config.checkpoint_dir}); initialize with the learner's spaces, or start a learner on "
-            "another --checkpoint-dir for a new run"
-        )
-
-    def _publish(self) -> PolicySnapshot:
+    def _publish(self) -> Policy:
         assert self._learner is not None and self._spaces is not None
-        snapshot = PolicySnapshot(
+        snapshot = Policy(
             version=self._version,
             weights=export_weights(self._learner.policy),
             hidden_sizes=self._hidden_sizes,

@@ -1,4 +1,4 @@
-"""Which device the learner runs on: the best one present (DESIGN.md, "runs SMPO-PPO on the best device")."""
+"""Which device the learner runs on: the best one present (CUDA when available, else the CPU)."""
 
 from __future__ import annotations
 

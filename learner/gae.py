@@ -29,7 +29,14 @@ def masked_gae(
     NaN or huge: they are only ever dropped by `torch.where`, never multiplied by the mask
     (NaN * 0 is NaN). Advantages are targets, not differentiated through (no_grad).
     """
-    _check_inputs(rewards, values, terminated, truncated, bootstrap_values, valid_mask)
+    _check_inputs({
+        "rewards": rewards,
+        "values": values,
+        "terminated": terminated,
+        "truncated": truncated,
+        "bootstrap_values": bootstrap_values,
+        "valid_mask": valid_mask,
+    })
     num_steps = rewards.shape[0]
     zeros = torch.zeros_like(values[0])
     advantages = torch.zeros_like(values)
@@ -61,22 +68,9 @@ def masked_gae(
     return advantages, returns
 
 
-def _check_inputs(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    terminated: torch.Tensor,
-    truncated: torch.Tensor,
-    bootstrap_values: torch.Tensor,
-    valid_mask: torch.Tensor,
-) -> None:
-    named = {
-        "rewards": rewards,
-        "values": values,
-        "terminated": terminated,
-        "truncated": truncated,
-        "bootstrap_values": bootstrap_values,
-        "valid_mask": valid_mask,
-    }
+def _check_inputs(named: dict[str, torch.Tensor]) -> None:
+    """ValueError naming the first of masked_gae's inputs (by argument name) of the wrong shape or dtype."""
+    values = named["values"]
     if values.ndim != 2:
         raise ValueError(f"masked_gae: values must be [T, N], got shape {list(values.shape)}")
     for name, tensor in named.items():

@@ -143,17 +143,14 @@ def smpo_loss(
     advantages: torch.Tensor,
     returns: torch.Tensor,
     valid_mask: torch.Tensor | None = None,
-    *,
-    clip_eps: float,
-    vf_coef: float,
-    ent_coef: float,
-    norm_adv: bool = True,
-    clip_vloss: bool = False,
+    **settings: float | bool,
 ) -> SMPOLoss:
     """Evaluate `policy` on (obs, actions) and return the SMPO loss.
 
     `obs` is `[*batch, *obs_shape]`, `actions` `[*batch, *act_shape]`, the rest `[*batch]`;
     `valid_mask=None` means every entry is valid (a compacted minibatch: plain PPO).
+    `settings` are smpo_loss_terms' keywords, passed on as given: clip_eps, vf_coef and ent_coef
+    (required), norm_adv and clip_vloss.
     """
     if valid_mask is None:
         valid_mask = torch.ones(old_logprobs.shape, dtype=torch.bool, device=old_logprobs.device)
@@ -164,19 +161,7 @@ def smpo_loss(
     )
     _, new_logprobs, entropy, new_values = policy.get_action_and_value(safe_obs, safe_actions)
     return smpo_loss_terms(
-        new_logprobs,
-        entropy,
-        new_values,
-        old_logprobs,
-        old_values,
-        advantages,
-        returns,
-        valid_mask,
-        clip_eps=clip_eps,
-        vf_coef=vf_coef,
-        ent_coef=ent_coef,
-        norm_adv=norm_adv,
-        clip_vloss=clip_vloss,
+        new_logprobs, entropy, new_values, old_logprobs, old_values, advantages, returns, valid_mask, **settings
     )
 
 

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from fast.config import ConfigError, resolve_config
 from jobs.processes import ServiceProcess, start_service
@@ -35,14 +34,15 @@ from learner.checkpoint import (
     prune_checkpoints,
     save_checkpoint,
 )
-from learner.client import LearnerClient, batch_to_proto
+from learner.client import LearnerClient
 from learner.config import ENV_PREFIX, LearnerConfig
 from learner.core import LearnerCore
 from learner.errors import ErrorKind, LearnerError
 from learner.policy import ActorCritic, import_weights
 from learner.ppo import PPOConfig
+from learner.wire import batch_to_proto
 
-from conftest import stub_for
+from conftest import assert_serving_with_reflection, stub_for
 
 STEPS, SLOTS, OBS_DIM = 16, 4, 6
 OBS_SPACE = SpaceSpec("box", (OBS_DIM,), np.dtype(np.float32), np.full(OBS_DIM, -10, np.float32), np.full(OBS_DIM, 10, np.float32))
@@ -340,14 +340,7 @@ def test_status_and_health_answer_during_an_update(stub, learner) -> None:
 
 
 def test_health_serving_and_reflection(learner) -> None:
-    with grpc.insecure_channel(learner.address) as channel:
-        health = health_pb2_grpc.HealthStub(channel)
-        for service in ("", "fast.v1.Learner"):
-            r = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
-            assert r.status == health_pb2.HealthCheckResponse.SERVING
-        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
-        (answer,) = list(reflection.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10))
-        assert {"fast.v1.Learner", "grpc.health.v1.Health"} <= {s.name for s in answer.list_services_response.service}
+    assert_serving_with_reflection(learner.address, "fast.v1.Learner")
 
 
 def test_client_round_trip(learner) -> None:
@@ -409,7 +402,7 @@ def test_core_corrupt_newest_checkpoint_falls_back_to_previous(tmp_path: Path, c
 
     with caplog.at_level(logging.WARNING, logger="fast.learner"):
         core = _core(tmp_path)
-    assert core.policy_version == 1 and core.status().last_checkpoint == expected.path
+    assert core.policy_version == 1 and core.status().last_checkpoint == str(expected.path)
     assert "ckpt-000000002.pt is unreadable" in caplog.text and "falling back" in caplog.text
     assert_same_weights(weights_of(core.get_policy().weights), expected.learner_state["policy"])
 

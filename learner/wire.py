@@ -1,0 +1,148 @@
+"""The learner's wire format: its messages (fast.v1 learner.proto) to and from Python values.
+
+One home for both directions, so the client (learner/client.py) and the servicer
+(learner/servicer.py) cannot drift apart: what one encodes, the other decodes here.
+
+    batch    a dict of numpy arrays keyed by RolloutBatch's field names (plus `policy_version`)
+    stats    a dict of floats keyed by STATS_FIELDS (PPOLearner.update's statistics)
+    Policy   a policy version with its weights, hidden sizes and spaces
+    LearnerStatus  what GetStatus reports
+
+Deliberately light (numpy, fast.*, the generated stubs): the broker imports it with the client
+and must not load torch's optimiser or the learner's maths to speak to the learner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from fast import tensor
+from fast.spaces import SpaceSpec, space_from_proto, space_to_proto
+from fast.v1 import learner_pb2 as pb
+
+# Tensor fields of fast.v1.RolloutBatch, in proto order; the names are learner.batch.RolloutBatch's.
+BATCH_TENSOR_FIELDS = (
+    "obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated", "valid_mask", "bootstrap_values",
+)
+# Fields of fast.v1.UpdateStats, in proto order.
+STATS_FIELDS = (
+    "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "grad_norm",
+    "update_time_s", "num_valid", "num_total",
+)
+
+
+# -- the batch ---------------------------------------------------------------------------------
+
+def batch_to_proto(arrays: Mapping[str, Any], policy_version: int) -> pb.RolloutBatch:
+    """Encode the nine RolloutBatch arrays (sent with their dtypes as given; the learner validates)."""
+    extra = set(arrays) - set(BATCH_TENSOR_FIELDS) - {"policy_version"}
+    missing = [name for name in BATCH_TENSOR_FIELDS if name not in arrays]
+    if missing or extra:
+        raise ValueError(f"submit: arrays must hold exactly {list(BATCH_TENSOR_FIELDS)}; missing {missing}, "
+                         f"unknown {sorted(extra)}")
+    if "policy_version" in arrays and int(arrays["policy_version"]) != policy_version:
+        raise ValueError(f"submit: arrays['policy_version']={arrays['policy_version']} disagrees with "
+                         f"policy_version={policy_version}")
+    return pb.RolloutBatch(
+        policy_version=policy_version,
+        **{name: tensor.to_proto(np.asarray(arrays[name])) for name in BATCH_TENSOR_FIELDS},
+    )
+
+
+def batch_arrays_from_proto(message: pb.RolloutBatch) -> dict[str, Any]:
+    """Decode a wire batch into RolloutBatch.from_numpy's dict form; TensorError names a missing or bad field.
+
+    Only the encoding is checked here; shapes, dtypes and the episode invariant are
+    RolloutBatch.validate's.
+    """
+    arrays: dict[str, Any] = {"policy_version": int(message.policy_version)}
+    for name in BATCH_TENSOR_FIELDS:
+        if not message.HasField(name):
+            raise tensor.TensorError(f"batch.{name} is missing; every field of RolloutBatch must be set (docs/smpo.md)")
+        arrays[name] = tensor.from_proto(getattr(message, name), field=f"batch.{name}")
+    if arrays["obs"].dtype.kind in "iu":
+        # Integer observations (camera pixels as UINT8) travel compact; the network reads floats.
+        arrays["obs"] = arrays["obs"].astype(np.float32)
+    return arrays
+
+
+# -- the update statistics ---------------------------------------------------------------------
+
+def stats_to_proto(stats: Mapping[str, float]) -> pb.UpdateStats:
+    return pb.UpdateStats(**{name: stats[name] for name in STATS_FIELDS if name in stats})
+
+
+def stats_from_proto(message: pb.UpdateStats) -> dict[str, float]:
+    return {name: getattr(message, name) for name in STATS_FIELDS}
+
+
+# -- the policy and the status -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Policy:
+    """A policy version as the learner ships it to samplers."""
+
+    version: int
+    weights: bytes  # learner.policy.export_weights bytes; b"" when the caller already held `version`
+    hidden_sizes: tuple[int, ...]
+    observation_space: SpaceSpec
+    action_space: SpaceSpec
+
+    def to_proto(self) -> pb.Policy:
+        return pb.Policy(
+            version=self.version,
+            weights=self.weights,
+            hidden_sizes=list(self.hidden_sizes),
+            observation_space=space_to_proto(self.observation_space),
+            action_space=space_to_proto(self.action_space),
+        )
+
+    @classmethod
+    def from_proto(cls, message: pb.Policy) -> Policy:
+        # `cls`, so a subclass that adds behaviour (learner.client.Policy) decodes as itself.
+        return cls(
+            version=message.version,
+            weights=message.weights,
+            hidden_sizes=tuple(message.hidden_sizes),
+            observation_space=space_from_proto(message.observation_space, field="policy.observation_space"),
+            action_space=space_from_proto(message.action_space, field="policy.action_space"),
+        )
+
+
+@dataclass(frozen=True)
+class LearnerStatus:
+    """What GetStatus reports."""
+
+    initialized: bool
+    policy_version: int
+    device: str  # "cpu", "cuda:0", ...
+    updates_this_process: int
+    last_stats: dict[str, float] | None  # the last update's stats, None before the first update
+    last_checkpoint: str  # path on the learner's machine, "" if none
+    stale_batches_refused: int
+
+    def to_proto(self) -> pb.GetStatusResponse:
+        return pb.GetStatusResponse(
+            initialized=self.initialized,
+            policy_version=self.policy_version,
+            device=self.device,
+            updates_this_process=self.updates_this_process,
+            last_stats=stats_to_proto(self.last_stats) if self.last_stats is not None else None,
+            last_checkpoint=self.last_checkpoint,
+            stale_batches_refused=self.stale_batches_refused,
+        )
+
+    @classmethod
+    def from_proto(cls, message: pb.GetStatusResponse) -> LearnerStatus:
+        return cls(
+            initialized=message.initialized,
+            policy_version=message.policy_version,
+            device=message.device,
+            updates_this_process=message.updates_this_process,
+            last_stats=stats_from_proto(message.last_stats) if message.HasField("last_stats") else None,
+            last_checkpoint=message.last_checkpoint,
+            stale_batches_refused=message.stale_batches_refused,
+        )
