@@ -1,7 +1,9 @@
 """An asyncio client of the fast.v1 Simulator API that speaks numpy.
 
 Used by the broker, `fast play` and the benchmarks; any other client can be generated from
-protos/ alone. Every call has a deadline (`timeout_s`); errors surface as grpc.aio.AioRpcError.
+protos/ alone. It imports only the bottom layer (fast.*, with the generated stubs), so a
+service that uses it gets none of the simulator server's internals. Every call has a deadline
+(`timeout_s`); errors surface as grpc.aio.AioRpcError.
 """
 
 from __future__ import annotations
@@ -13,10 +15,9 @@ import numpy as np
 
 from fast import tensor
 from fast.rpc import RpcClient
+from fast.spaces import SpaceSpec, space_from_proto
 from fast.v1 import simulator_pb2 as pb
 from fast.v1 import simulator_pb2_grpc as pb_grpc
-from sim_server.env_api import SpaceSpec
-from fast.spaces import space_from_proto
 
 
 @dataclass

@@ -4,39 +4,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field
 
-from sim_server.cost_model import CostModelConfig, check_preset, cost_model_config
-from sim_server.environments import check_env_spec
+from sim_server.cost_model import CostModelConfig, CostPreset, cost_model_config
+from sim_server.environments import EnvSpec
 
 ENV_PREFIX = "FAST_SIM_"
 
 
 class SimServerConfig(BaseModel):
-    env: str = "takeover"  # "takeover" or "gym:<Gymnasium id>"
+    env: EnvSpec = "takeover"  # "takeover" or "gym:<Gymnasium id>"
     slots: int = Field(8, ge=1, le=4096)
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535)  # 0 picks a free port and prints it
     seed: int = 0  # catalog seed of the takeover workload
     num_clips: int | None = Field(None, ge=1)  # catalog size; None: the env's default
     env_kwargs: dict[str, Any] = Field(default_factory=dict)  # passed to gym.make
-    cost_preset: str = "off"
+    cost_preset: CostPreset = "off"
     step_latency_s: float | None = None  # overrides of the preset's knobs
     reset_fixed_s: float | None = None
     map_load_s: float | None = None
     map_load_cached_s: float | None = None
     max_message_bytes: int = Field(64 << 20, ge=1024)
     grace_s: float = Field(5.0, ge=0.0)
-
-    @field_validator("env")
-    @classmethod
-    def _known_env(cls, value: str) -> str:
-        return check_env_spec(value)
-
-    @field_validator("cost_preset")
-    @classmethod
-    def _known_preset(cls, value: str) -> str:
-        return check_preset(value)
 
     def cost_model(self) -> CostModelConfig:
         return cost_model_config(

@@ -17,7 +17,10 @@ work. It knows nothing about sampling modes: every caller pays the same rules.
   concurrent loads finish after k load times; otherwise each slot loads on its own and the
   call waits for the slowest.
 
-Every wait is made with `precise_wait` and reported as measured, not as configured.
+The rules are functions that neither wait nor lock (`step_wait_s`, `reset_waits`, `map_load_s`,
+`remember_maps`), applied here by the asyncio `CostModel` and, blocking, by the Gymnasium reference's
+`SyncCostModel` (sim_server/takeover/gym_env.py). Every wait is made with a precise wait
+(sim_server/precise_wait.py) and reported as measured, not as configured.
 See docs/cost_model.md for the presets and their calibration.
 """
 
@@ -26,9 +29,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from sim_server.precise_wait import precise_wait
 
@@ -49,28 +54,22 @@ class CostModelConfig(BaseModel):
 # Calibrated on a real driving simulator measured on this kind of machine: about 1.6 ms a
 # step, about 150 ms a reset onto a new map and about 27 ms onto a cached one. The 27 ms is
 # the fixed part (engine re-initialisation); the other 123 ms is the map load.
+_CALIBRATED = CostModelConfig(
+    preset="calibrated",
+    step_latency_s=0.0016,
+    reset_fixed_s=0.027,
+    reset_fixed_exclusive=True,
+    map_load_s=0.123,
+    map_load_cached_s=0.0,
+    map_load_shared=True,
+    map_cache_size=4,
+)
 PRESETS: dict[str, CostModelConfig] = {
     "off": CostModelConfig(preset="off"),
-    "calibrated": CostModelConfig(
-        preset="calibrated",
-        step_latency_s=0.0016,
-        reset_fixed_s=0.027,
-        reset_fixed_exclusive=True,
-        map_load_s=0.123,
-        map_load_cached_s=0.0,
-        map_load_shared=True,
-        map_cache_size=4,
-    ),
+    "calibrated": _CALIBRATED,
     # Same costs, but every slot is its own machine: resets never queue or share bandwidth.
-    "parallel": CostModelConfig(
-        preset="parallel",
-        step_latency_s=0.0016,
-        reset_fixed_s=0.027,
-        reset_fixed_exclusive=False,
-        map_load_s=0.123,
-        map_load_cached_s=0.0,
-        map_load_shared=False,
-        map_cache_size=4,
+    "parallel": _CALIBRATED.model_copy(
+        update={"preset": "parallel", "reset_fixed_exclusive": False, "map_load_shared": False}
     ),
     # Only the step latency: measures framework overhead against slots / step latency.
     "step-only": CostModelConfig(preset="step-only", step_latency_s=0.0016),
@@ -82,6 +81,10 @@ def check_preset(name: str) -> str:
     if name not in PRESETS:
         raise ValueError(f"use one of {', '.join(PRESETS)}")
     return name
+
+
+# A config field naming a cost preset (`fast sim-server --cost-preset`, `fast train --cost-preset`).
+CostPreset = Annotated[str, AfterValidator(check_preset)]
 
 
 def cost_model_config(preset: str, **overrides: float | bool | int | None) -> CostModelConfig:
@@ -103,55 +106,89 @@ class CostTiming:
     queued_s: float = 0.0
 
 
+# -- The rules: what a call waits, and nothing about how --------------------------------------
+# CostModel below (asyncio, inside one server's event loop) and the Gymnasium reference's
+# SyncCostModel (sim_server/takeover/gym_env.py: blocking, one env process per slot) apply
+# these same functions; each keeps only its own way of waiting and of queueing.
+
+Queue = Literal["reset_engine", "load_channel"]  # a server's exclusive resources
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One emulated wait: `seconds` (nothing when <= 0), made while holding `queue`, if any."""
+
+    seconds: float
+    queue: Queue | None
+
+
+def step_wait_s(config: CostModelConfig, compute_s: float) -> float:
+    """What a Step call waits: the rest of the step latency after the env's own compute."""
+    return config.step_latency_s - compute_s
+
+
+def reset_waits(config: CostModelConfig, map_ids: Sequence[int], is_cached: Callable[[int], bool]) -> Iterator[Wait]:
+    """The waits of one Reset call whose slots play maps `map_ids`, in order: the fixed part, then the loads.
+
+    A generator on purpose: the loads are priced only once the caller has made the fixed part,
+    against the map cache as it is then (a concurrent call may have loaded a map meanwhile).
+    """
+    yield Wait(config.reset_fixed_s, "reset_engine" if config.reset_fixed_exclusive else None)
+    yield Wait(map_load_s(config, map_ids, is_cached), "load_channel" if config.map_load_shared else None)
+
+
+def map_load_s(config: CostModelConfig, map_ids: Sequence[int], is_cached: Callable[[int], bool]) -> float:
+    """The seconds the map loads of one Reset call take: one after another through the shared load
+    channel, else side by side (the slowest). A map played by several slots of the call loads once."""
+    seen: set[int] = set()
+    loads = []
+    for m in map_ids:
+        loads.append(config.map_load_cached_s if (m in seen or is_cached(m)) else config.map_load_s)
+        seen.add(m)
+    return sum(loads) if config.map_load_shared else max(loads, default=0.0)
+
+
+def remember_maps(recent: OrderedDict[int, None], map_ids: Sequence[int], size: int) -> None:
+    """Mark maps as most recently loaded, in order, evicting beyond `size` (LRU).
+
+    `recent` holds map ids from least to most recently loaded. Callers update it only once a
+    reset's waits are done, so a call cancelled mid-wait leaves the cache as it was.
+    """
+    for m in map_ids:
+        if m in recent:
+            recent.move_to_end(m)
+        elif size > 0:
+            recent[m] = None
+            while len(recent) > size:
+                recent.popitem(last=False)
+
+
 class CostModel:
-    """Applies a CostModelConfig inside one server's event loop."""
+    """Applies a CostModelConfig inside one server's event loop (FIFO asyncio locks as its queues)."""
 
     def __init__(self, config: CostModelConfig) -> None:
         self.config = config
-        self._reset_engine = asyncio.Lock()
-        self._load_channel = asyncio.Lock()
+        self._queues: dict[Queue, asyncio.Lock] = {"reset_engine": asyncio.Lock(), "load_channel": asyncio.Lock()}
         self._map_cache: OrderedDict[int, None] = OrderedDict()
 
     async def step(self, compute_s: float = 0.0) -> CostTiming:
         """Wait out the rest of the step latency after `compute_s` of real compute."""
-        return CostTiming(emulated_s=await precise_wait(self.config.step_latency_s - compute_s))
+        return CostTiming(emulated_s=await precise_wait(step_wait_s(self.config, compute_s)))
 
     async def reset(self, map_ids: list[int]) -> CostTiming:
-        c = self.config
         timing = CostTiming()
-        if c.reset_fixed_s > 0:
-            if c.reset_fixed_exclusive:
-                queued_from = time.perf_counter()
-                async with self._reset_engine:
-                    timing.queued_s += time.perf_counter() - queued_from
-                    timing.emulated_s += await precise_wait(c.reset_fixed_s)
-            else:
-                timing.emulated_s += await precise_wait(c.reset_fixed_s)
-        # A map is loaded once per call even if several slots play it; the cache is only
-        # updated once the loads are done, so a call cancelled mid-wait leaves it as it was.
-        seen: set[int] = set()
-        loads = []
-        for m in map_ids:
-            loads.append(c.map_load_cached_s if (m in self._map_cache or m in seen) else c.map_load_s)
-            seen.add(m)
-        total = sum(loads) if c.map_load_shared else max(loads, default=0.0)
-        if total > 0:
-            if c.map_load_shared:
-                queued_from = time.perf_counter()
-                async with self._load_channel:
-                    timing.queued_s += time.perf_counter() - queued_from
-                    timing.emulated_s += await precise_wait(total)
-            else:
-                timing.emulated_s += await precise_wait(total)
-        for m in map_ids:
-            self._remember_map(m)
+        for wait in reset_waits(self.config, map_ids, self._map_cache.__contains__):
+            await self._make(wait, timing)
+        remember_maps(self._map_cache, map_ids, self.config.map_cache_size)
         return timing
 
-    def _remember_map(self, map_id: int) -> None:
-        """Mark a map as most recently loaded, evicting beyond map_cache_size (LRU)."""
-        if map_id in self._map_cache:
-            self._map_cache.move_to_end(map_id)
-        elif self.config.map_cache_size > 0:
-            self._map_cache[map_id] = None
-            while len(self._map_cache) > self.config.map_cache_size:
-                self._map_cache.popitem(last=False)
+    async def _make(self, wait: Wait, timing: CostTiming) -> None:
+        if wait.seconds <= 0:
+            return
+        if wait.queue is None:
+            timing.emulated_s += await precise_wait(wait.seconds)
+            return
+        queued_from = time.perf_counter()
+        async with self._queues[wait.queue]:
+            timing.queued_s += time.perf_counter() - queued_from
+            timing.emulated_s += await precise_wait(wait.seconds)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
 
 from sim_server.env_api import SlotEnv
 
@@ -12,6 +14,10 @@ def check_env_spec(spec: str) -> str:
     if spec != "takeover" and not (spec.startswith("gym:") and len(spec) > 4):
         raise ValueError("use 'takeover' or 'gym:<registered Gymnasium id>'")
     return spec
+
+
+# A config field holding an env spec ("takeover" or "gym:<id>"), checked as make_env reads it.
+EnvSpec = Annotated[str, AfterValidator(check_env_spec)]
 
 
 def make_env(spec: str, num_slots: int, *, seed: int = 0, num_clips: int | None = None, env_kwargs: dict[str, Any] | None = None) -> SlotEnv:

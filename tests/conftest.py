@@ -1,4 +1,4 @@
-"""Shared fixtures: services started as a user starts them (`python -m fast ...`), on loopback."""
+"""Shared fixtures and checks: services started as a user starts them (`python -m fast ...`), on loopback."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from contextlib import contextmanager
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from jobs.processes import ServiceProcess, start_service
 from fast.v1 import simulator_pb2_grpc as pb_grpc
@@ -31,6 +33,20 @@ def stub_for(address: str, stub_class=pb_grpc.SimulatorStub):
         yield stub_class(channel)
     finally:
         channel.close()
+
+
+def assert_serving_with_reflection(address: str, service: str) -> None:
+    """What container health checks and grpcurl rely on: the standard health service answers
+    SERVING for the whole server ("") and for `service`, and reflection lists both."""
+    with grpc.insecure_channel(address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for name in ("", service):
+            r = health.Check(health_pb2.HealthCheckRequest(service=name), timeout=10)
+            assert r.status == health_pb2.HealthCheckResponse.SERVING
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        (answer,) = list(reflection.ServerReflectionInfo(iter([request]), timeout=10))
+        assert {service, "grpc.health.v1.Health"} <= {s.name for s in answer.list_services_response.service}
 
 
 @pytest.fixture(scope="module")

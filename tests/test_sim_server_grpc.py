@@ -12,15 +12,13 @@ import time
 import grpc
 import numpy as np
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from fast import tensor
 from fast.v1 import simulator_pb2 as pb
 from fast.v1 import tensor_pb2 as tpb
 from fast.spaces import space_from_proto
 
-from conftest import sim_server, stub_for
+from conftest import assert_serving_with_reflection, sim_server, stub_for
 
 
 def _actions(stub, count: int, seed: int) -> np.ndarray:
@@ -183,15 +181,7 @@ def test_oversized_message_resource_exhausted() -> None:
 
 
 def test_health_check_and_reflection(takeover_server) -> None:
-    with grpc.insecure_channel(takeover_server.address) as channel:
-        health = health_pb2_grpc.HealthStub(channel)
-        for service in ("", "fast.v1.Simulator"):
-            r = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
-            assert r.status == health_pb2.HealthCheckResponse.SERVING
-        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
-        (answer,) = list(reflection.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10))
-        names = {s.name for s in answer.list_services_response.service}
-        assert {"fast.v1.Simulator", "grpc.health.v1.Health"} <= names
+    assert_serving_with_reflection(takeover_server.address, "fast.v1.Simulator")
 
 
 def test_fast_health_command_for_container_health_checks(takeover_server) -> None:

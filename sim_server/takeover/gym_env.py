@@ -5,8 +5,8 @@ Gymnasium would wrap it, stepped by `gymnasium.vector.AsyncVectorEnv` (one proce
 instead of by the broker. It wraps `TakeoverEnv(num_slots=1)`, so a (clip, episode seed,
 actions) triple replays bitwise the trajectory a simulator server's slot would play.
 
-The costs follow the rules of `sim_server/cost_model.py` (docs/cost_model.md) with the same
-`CostModelConfig`, applied synchronously in the env's process:
+The costs follow the rules of `sim_server/cost_model.py` (docs/cost_model.md): the same
+functions on the same `CostModelConfig`, applied synchronously in the env's process:
 - a step waits what remains of `step_latency_s` after the env's own compute;
 - a reset first takes the server's reset engine for `reset_fixed_s` (one env at a time when
   `reset_fixed_exclusive`), then the server's load channel for the clip's map load
@@ -21,15 +21,15 @@ and would only see its own loads).
 One difference from the asyncio CostModel, in queue order only: the engine and the load
 channel are POSIX semaphores, which do not promise FIFO order (asyncio.Lock does), so which
 queued reset goes first may differ; the sum of the waits does not. Waits are `precise_sleep`s
-and every info reports the seconds the call really took.
+(sim_server/precise_wait.py) and every info reports the seconds the call really took.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-import os
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.shared_memory import SharedMemory
@@ -39,29 +39,14 @@ import gymnasium as gym
 import numpy as np
 
 from fast.spaces import SpaceSpec
-from sim_server.cost_model import CostModelConfig, CostTiming, cost_model_config
+from sim_server.cost_model import (
+    CostModelConfig, CostTiming, Queue, Wait, cost_model_config, remember_maps, reset_waits, step_wait_s,
+)
+from sim_server.precise_wait import precise_sleep
 from sim_server.takeover.catalog import Catalog
 from sim_server.takeover.env import TakeoverEnv
 
-# time.sleep overshoots by about 0.1 ms here (median; p10 0.09 ms). Sleeping to 0.15 ms before
-# the deadline and spinning the rest keeps the spin short: dozens of env processes share a few
-# cores, and a long spin in one would delay the wake-up of another.
-_SLEEP_SLACK_S = 0.00015
 _EMPTY = -1  # an unused entry of the shared map cache
-
-
-def precise_sleep(seconds: float) -> float:
-    """Block `seconds` (sleep, then a short spin to the deadline); returns the seconds really waited."""
-    start = time.perf_counter()
-    if seconds <= 0:
-        return 0.0
-    deadline = start + seconds
-    coarse = seconds - _SLEEP_SLACK_S
-    if coarse > 0:
-        time.sleep(coarse)
-    while time.perf_counter() < deadline:
-        os.sched_yield()  # other env processes may be runnable on this core
-    return time.perf_counter() - start
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,9 +102,9 @@ class ServerCostResources:
             return
         with self.cache_lock:
             ids = np.frombuffer(self.map_cache.buf, dtype=np.int64, count=self.map_cache_size)
-            kept = [int(m) for m in ids if m != _EMPTY and m != map_id] + [map_id]
-            kept = kept[-self.map_cache_size:]
-            ids[:] = [_EMPTY] * (self.map_cache_size - len(kept)) + kept
+            recent = OrderedDict.fromkeys(int(m) for m in ids if m != _EMPTY)
+            remember_maps(recent, [map_id], self.map_cache_size)
+            ids[:] = [_EMPTY] * (self.map_cache_size - len(recent)) + list(recent)
             del ids  # no buffer export may outlive the call: SharedMemory.close refuses while one exists
 
 
@@ -139,32 +124,28 @@ class SyncCostModel:
         self.server = server
 
     def step(self, compute_s: float = 0.0) -> CostTiming:
-        return CostTiming(emulated_s=precise_sleep(self.config.step_latency_s - compute_s))
+        return CostTiming(emulated_s=precise_sleep(step_wait_s(self.config, compute_s)))
 
     def reset(self, map_id: int) -> CostTiming:
         """The fixed part on the server's engine, then the map load on its channel; the cache
         is updated only once the load is done, as in CostModel.reset."""
-        c = self.config
         timing = CostTiming()
-        if c.reset_fixed_s > 0:
-            if c.reset_fixed_exclusive:
-                queued_from = time.perf_counter()
-                with self.server.reset_engine:
-                    timing.queued_s += time.perf_counter() - queued_from
-                    timing.emulated_s += precise_sleep(c.reset_fixed_s)
-            else:
-                timing.emulated_s += precise_sleep(c.reset_fixed_s)
-        load = c.map_load_cached_s if self.server.is_cached(map_id) else c.map_load_s
-        if load > 0:
-            if c.map_load_shared:
-                queued_from = time.perf_counter()
-                with self.server.load_channel:
-                    timing.queued_s += time.perf_counter() - queued_from
-                    timing.emulated_s += precise_sleep(load)
-            else:
-                timing.emulated_s += precise_sleep(load)
+        for wait in reset_waits(self.config, [map_id], self.server.is_cached):
+            self._make(wait, timing)
         self.server.remember_map(map_id)
         return timing
+
+    def _make(self, wait: Wait, timing: CostTiming) -> None:
+        if wait.seconds <= 0:
+            return
+        if wait.queue is None:
+            timing.emulated_s += precise_sleep(wait.seconds)
+            return
+        queues: dict[Queue, Any] = {"reset_engine": self.server.reset_engine, "load_channel": self.server.load_channel}
+        queued_from = time.perf_counter()
+        with queues[wait.queue]:
+            timing.queued_s += time.perf_counter() - queued_from
+            timing.emulated_s += precise_sleep(wait.seconds)
 
 
 def box_space(spec: SpaceSpec) -> gym.spaces.Box:
@@ -270,4 +251,4 @@ class TakeoverGymEnv(gym.Env):
             self.cost_model.server.close()
 
 
-__all__ = ["ServerCostResources", "SyncCostModel", "TakeoverGymEnv", "precise_sleep", "space_spec"]
+__all__ = ["ServerCostResources", "SyncCostModel", "TakeoverGymEnv", "space_spec"]
