@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 import yaml
+from pydantic import BaseModel
 
+from broker.samplers import MODE_NAMES
 from fast.config import ConfigError, resolve_config
 from fast.lifecycle import exit_with_parent
 
@@ -20,6 +23,9 @@ app = typer.Typer(
 )
 
 ConfigFile = Annotated[Optional[Path], typer.Option("--config", help="YAML file of settings (flags and env vars override it).")]
+# Where a simulator server or the learner listens (the broker's port and host are its control API's).
+ServicePort = Annotated[Optional[int], typer.Option(help="Port; 0 picks a free one and prints it. \\[default: 0]")]
+ServiceHost = Annotated[Optional[str], typer.Option(help="Address to bind. \\[default: 127.0.0.1]")]
 
 
 def _parse_kwargs(pairs: list[str] | None) -> dict[str, Any] | None:
@@ -39,12 +45,26 @@ def _fail(message: str) -> None:
     raise typer.Exit(code=2)
 
 
+def _serve(model: type[BaseModel], env_prefix: str, serve: Callable[[Any], Awaitable[Any]], config: Path | None,
+           overrides: dict[str, Any]) -> Any:
+    """Run a service: its settings resolved (defaults < --config < environment < flags), served until it stops.
+
+    Returns what `serve` returns; a bad setting or a port that cannot be bound exits 2 with the message.
+    """
+    exit_with_parent()  # started by a FAST job: stop with it, even if it was SIGKILLed
+    try:
+        cfg = resolve_config(model, file=config, env_prefix=env_prefix, overrides=overrides)
+        return asyncio.run(serve(cfg))
+    except (ConfigError, ValueError, OSError) as exc:
+        _fail(str(exc))
+
+
 @app.command("sim-server")
 def sim_server(
     env: Annotated[Optional[str], typer.Option(help="'takeover' or 'gym:<Gymnasium id>'. \\[default: takeover]")] = None,
     slots: Annotated[Optional[int], typer.Option(help="Number of slots. \\[default: 8]")] = None,
-    port: Annotated[Optional[int], typer.Option(help="Port; 0 picks a free one and prints it. \\[default: 0]")] = None,
-    host: Annotated[Optional[str], typer.Option(help="Address to bind. \\[default: 127.0.0.1]")] = None,
+    port: ServicePort = None,
+    host: ServiceHost = None,
     seed: Annotated[Optional[int], typer.Option(help="Catalog seed. \\[default: 0]")] = None,
     num_clips: Annotated[Optional[int], typer.Option(help="Catalog size. \\[default: 200 takeover, 1000 gym]")] = None,
     cost_preset: Annotated[Optional[str], typer.Option(help="off | calibrated | parallel | step-only. \\[default: off]")] = None,
@@ -64,25 +84,19 @@ def sim_server(
     from sim_server.config import ENV_PREFIX, SimServerConfig
     from sim_server.server import serve
 
-    exit_with_parent()  # started by a FAST job: stop with it, even if it was SIGKILLed
-
     overrides = dict(
         env=env, slots=slots, port=port, host=host, seed=seed, num_clips=num_clips, cost_preset=cost_preset,
         step_latency_s=step_latency_s, reset_fixed_s=reset_fixed_s, map_load_s=map_load_s,
         map_load_cached_s=map_load_cached_s, env_kwargs=_parse_kwargs(env_kwarg),
         max_message_bytes=max_message_bytes, grace_s=grace_s,
     )
-    try:
-        cfg = resolve_config(SimServerConfig, file=config, env_prefix=ENV_PREFIX, overrides=overrides)
-        asyncio.run(serve(cfg))
-    except (ConfigError, ValueError, OSError) as exc:
-        _fail(str(exc))
+    _serve(SimServerConfig, ENV_PREFIX, serve, config, overrides)
 
 
 @app.command("learner")
 def learner(
-    port: Annotated[Optional[int], typer.Option(help="Port; 0 picks a free one and prints it. \\[default: 0]")] = None,
-    host: Annotated[Optional[str], typer.Option(help="Address to bind. \\[default: 127.0.0.1]")] = None,
+    port: ServicePort = None,
+    host: ServiceHost = None,
     checkpoint_dir: Annotated[Optional[Path], typer.Option(help="Where checkpoints are written and resumed from. \\[default: runs/learner/checkpoints]")] = None,
     checkpoint_every: Annotated[Optional[int], typer.Option(help="Checkpoint every K policy versions. \\[default: 10]")] = None,
     keep_checkpoints: Annotated[Optional[int], typer.Option(help="Newest checkpoints kept. \\[default: 3]")] = None,
@@ -103,18 +117,12 @@ def learner(
     from learner.config import ENV_PREFIX, LearnerConfig
     from learner.server import serve
 
-    exit_with_parent()  # started by a FAST job: stop with it, even if it was SIGKILLed
-
     overrides = dict(
         port=port, host=host, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
         keep_checkpoints=keep_checkpoints, device=device, seed=seed, lr=lr, update_epochs=update_epochs,
         num_minibatches=num_minibatches, max_message_bytes=max_message_bytes, grace_s=grace_s,
     )
-    try:
-        cfg = resolve_config(LearnerConfig, file=config, env_prefix=ENV_PREFIX, overrides=overrides)
-        asyncio.run(serve(cfg))
-    except (ConfigError, ValueError, OSError) as exc:
-        _fail(str(exc))
+    _serve(LearnerConfig, ENV_PREFIX, serve, config, overrides)
 
 
 @app.command("broker")
@@ -142,19 +150,12 @@ def broker(
     from broker.config import ENV_PREFIX, BrokerConfig
     from broker.server import serve
 
-    exit_with_parent()  # started by a FAST job: stop with it, even if it was SIGKILLed
-
     overrides = dict(
         simulators=simulators, learner=learner, mode=mode, alpha=alpha, t_max=t_max,
         samples_per_iteration=samples_per_iteration, iterations=iterations, seed=seed, run_dir=run_dir,
         port=port, host=host, step_timeout_s=step_timeout_s, learner_wait_s=learner_wait_s,
     )
-    try:
-        cfg = resolve_config(BrokerConfig, file=config, env_prefix=ENV_PREFIX, overrides=overrides)
-        code = asyncio.run(serve(cfg))
-    except (ConfigError, ValueError, OSError) as exc:
-        _fail(str(exc))
-    raise typer.Exit(code=code)
+    raise typer.Exit(code=_serve(BrokerConfig, ENV_PREFIX, serve, config, overrides))
 
 
 def _train_default(field: str) -> str:
@@ -236,7 +237,7 @@ def _csv(value: str, cast, option: str) -> tuple:
 
 @bench_app.command("sampling")
 def bench_sampling(
-    modes: Annotated[str, typer.Option(help="Sampling modes, comma-separated.")] = "sc,autoreset,sgr,ver,fast",
+    modes: Annotated[str, typer.Option(help="Sampling modes, comma-separated.")] = ",".join(MODE_NAMES),
     clips: Annotated[str, typer.Option(help="Clip counts (parallel slots), comma-separated.")] = "5,10,20,30",
     preset: Annotated[str, typer.Option(help="Cost presets, comma-separated (docs/cost_model.md).")] = "calibrated,parallel",
     servers: Annotated[int, typer.Option(min=1, help="Simulator server processes.")] = 2,
@@ -255,7 +256,8 @@ def bench_sampling(
     """Every sampling mode at every clip count and cost preset, interleaved: JSON, a markdown table, PNG charts."""
     import time as _time
 
-    from jobs.bench.sampling import SamplingBenchConfig, run
+    from jobs.bench.harness import SamplingBenchConfig
+    from jobs.bench.sampling import run
 
     try:
         cfg = SamplingBenchConfig(

@@ -1,6 +1,6 @@
 """Generate the Python gRPC code of protos/ into fast/v1/ (messages, services, .pyi stubs).
 
-The generated files are committed and never edited by hand; tests/test_protos_generated.py
+The generated files are committed and never edited by hand; tests/test_protos.py
 fails when they are out of date with protos/. Run: python scripts/gen_protos.py [OUT_DIR]
 """
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from jobs.bench.learning_curve import time_to_target, version_clock
-from jobs.bench.sampling import Measurement, SamplingBenchConfig, aggregate, spread_slots
+from jobs.bench.harness import SamplingBenchConfig, spread_slots
+from jobs.bench.sampling import Measurement, aggregate
 from jobs.bench.train import TrainBenchConfig, summarize, training_curve
 
 

@@ -17,8 +17,10 @@ from typer.testing import CliRunner
 
 from jobs.compare.cli import compare_command, expand_runs
 from jobs.compare.jackknife import paired_difference, t_cdf, t_quantile
-from jobs.compare.run import CompareError, Workload, _catalog_args, check_runs, compare
-from jobs.train.config import HOLDOUT_EVERY, TrainConfig
+from jobs.compare.run import CompareError, _catalog_args, check_runs, compare
+from jobs.simulators import Workload
+from broker.dealer import HOLDOUT_EVERY
+from jobs.train.config import TrainConfig
 from learner.checkpoint import Checkpoint, save_checkpoint
 from learner.policy import ActorCritic
 from learner.ppo import PPOConfig, PPOLearner

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from jobs.bench.sampling import SamplingBenchConfig, fixed_policies, measure_mode, runner_for, simulator_pool
+from jobs.bench.harness import SamplingBenchConfig, fixed_policies, measure_mode, runner_for, simulator_pool
 
 
 async def measure_lengths(cfg: SamplingBenchConfig, log=print) -> list[dict]:

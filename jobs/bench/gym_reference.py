@@ -20,7 +20,7 @@ from functools import partial
 import gymnasium as gym
 import numpy as np
 
-from broker.dealer import ClipDealer
+from broker.dealer import HOLDOUT_EVERY, ClipDealer
 from broker.metrics import IterationStats
 from broker.policy_runner import PolicyRunner
 from fast.v1 import simulator_pb2 as pb
@@ -43,7 +43,7 @@ def measure_async_vector(
     warmup_samples: int = 256,
     num_clips: int = 200,
     catalog_seed: int = 0,
-    holdout_every: int = 10,
+    holdout_every: int = HOLDOUT_EVERY,
     context: str | None = "forkserver",
 ) -> dict:
     """Sample `samples` valid transitions with an AsyncVectorEnv of `num_envs` TakeoverGymEnvs.

@@ -21,8 +21,7 @@ from broker.dealer import holdout_clips
 from broker.evaluate import evaluate, summarize
 from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
-from jobs.compare.run import final_policy_weights
-from learner.checkpoint import list_checkpoints, load_checkpoint
+from learner.checkpoint import list_checkpoints, load_checkpoint, policy_weights
 
 
 def version_clock(metrics_path: Path) -> dict[int, tuple[float, int]]:
@@ -65,7 +64,7 @@ async def evaluate_checkpoints(
                 continue
             checkpoint = load_checkpoint(path)
             runner = PolicyRunner(pool.observation_space, pool.action_space, checkpoint.hidden_sizes, seed=seed)
-            runner.load(version, final_policy_weights(checkpoint))
+            runner.load(version, policy_weights(checkpoint))
             summary = summarize(await evaluate(pool, runner, clips, episodes_per_clip, seed))
             time_s, transitions = clock[version]
             points.append({"version": version, "time_s": time_s, "transitions": transitions, **summary})

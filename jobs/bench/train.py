@@ -28,10 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
+from broker.dealer import HOLDOUT_EVERY
 from jobs.bench.learning_curve import evaluate_checkpoints, time_to_target
-from jobs.bench.sampling import MODES
-from jobs.compare.run import Workload, start_simulators
-from jobs.train.config import HOLDOUT_EVERY
+from jobs.bench.harness import MODES
+from jobs.simulators import Workload, simulator_servers
 from learner.checkpoint import prune_checkpoints
 
 
@@ -88,15 +88,11 @@ def run(cfg: TrainBenchConfig, out_dir: Path, log=print) -> dict:
     slots = math.ceil(cfg.clips / cfg.servers)
     # The held-out evaluations' own simulators: the training workload, no emulated cost (what is
     # measured there is the policy, not the clock). Idle while a training run goes.
-    evaluators = start_simulators(Workload("takeover", (), HOLDOUT_EVERY), cfg.servers, slots)
-    try:
+    with simulator_servers(Workload("takeover", (), HOLDOUT_EVERY), cfg.servers, slots) as evaluators:
         for seed in range(cfg.seeds):
             for mode in cfg.modes:
                 records.append(_train_and_evaluate(cfg, mode, seed, runs_dir, slots, [s.address for s in evaluators], log,
                                                    f"{len(records) + 1}/{cfg.seeds * len(cfg.modes)}"))
-    finally:
-        for service in evaluators:
-            service.stop()
     summary = summarize(records, cfg)
     result = {"config": cfg.__dict__, "wall_clock_s": time.time() - started, "summary": summary, "runs": records}
     (out_dir / "train.json").write_text(json.dumps(result, indent=1))

@@ -17,7 +17,6 @@ import asyncio
 import json
 import shlex
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,17 +24,15 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from broker.dealer import holdout_clips
+from broker.dealer import HOLDOUT_EVERY, holdout_clips
 from broker.evaluate import evaluate, evaluation_episodes
 from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
 from jobs.compare.jackknife import LEVEL, PairedDifference, paired_difference, t_quantile
-from jobs.processes import ServiceProcess, start_service
+from jobs.simulators import Workload, simulator_servers
 from fast.spaces import SpaceSpec
-from jobs.train.config import HOLDOUT_EVERY
-from learner.checkpoint import Checkpoint, CheckpointError, load_latest
+from learner.checkpoint import Checkpoint, CheckpointError, load_latest, policy_weights
 from fast.spaces import describe_space, spaces_equal
-from learner.policy import ActorCritic, export_weights
 
 FORMAT = "jobs.compare/1"
 # Episode fields that identify the episode rather than measure the driving.
@@ -49,19 +46,6 @@ _CATALOG_VARIABLES = {"FAST_SIM_SEED": "--seed", "FAST_SIM_NUM_CLIPS": "--num-cl
 
 class CompareError(ValueError):
     """The runs cannot be compared as given; the message names the run, the value and the fix."""
-
-
-@dataclass(frozen=True)
-class Workload:
-    """What the simulators must serve for two policies to face the same episodes."""
-
-    env: str
-    catalog_args: tuple[str, ...]  # sim-server flags that shape the catalog, e.g. ("--num-clips", "60")
-    holdout_every: int
-
-    def describe(self) -> str:
-        extra = f" {' '.join(self.catalog_args)}" if self.catalog_args else " (default catalog)"
-        return f"env {self.env}{extra}, holdout_every {self.holdout_every}"
 
 
 @dataclass(frozen=True)
@@ -107,7 +91,10 @@ def inspect_run(path: Path, group: str) -> RunInfo:
     workload = Workload(train["env"], _catalog_args(document.get("processes")), holdout_every)
     seed = train.get("seed")
     seed = seed if isinstance(seed, int) else None
-    weights = final_policy_weights(checkpoint)  # a checkpoint that does not load fails here, before any server
+    try:
+        weights = policy_weights(checkpoint)  # a checkpoint that does not load fails here, before any server
+    except CheckpointError as exc:
+        raise CompareError(f"{where}: {exc}") from None
     return RunInfo(group, path, workload, str(train.get("mode", "?")), seed, checkpoint, weights)
 
 
@@ -176,40 +163,7 @@ def check_runs(groups: dict[str, list[Path]]) -> dict[str, list[RunInfo]]:
     return runs
 
 
-def final_policy_weights(checkpoint: Checkpoint) -> bytes:
-    """The checkpoint's policy as learner.policy.export_weights bytes (what PolicyRunner.load takes)."""
-    policy = ActorCritic(checkpoint.observation_space.shape, checkpoint.action_space, checkpoint.hidden_sizes)
-    try:
-        policy.load_state_dict(checkpoint.learner_state["policy"])
-    except (KeyError, RuntimeError) as exc:
-        raise CompareError(f"checkpoint {checkpoint.path}: the policy weights do not fit its own spaces and hidden "
-                           f"sizes ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
-    return export_weights(policy)
-
-
 # -- 2.-3. servers and evaluation ---------------------------------------------------------------
-
-def start_simulators(workload: Workload, servers: int, slots: int, extra_args: tuple[str, ...] = ()) -> list[ServiceProcess]:
-    """`servers` sim-server processes serving the workload, started in parallel; all stopped if one fails.
-
-    `extra_args`: more `fast sim-server` flags, e.g. ("--cost-preset", "calibrated").
-    """
-    args = ["sim-server", "--env", workload.env, "--slots", str(slots), "--host", "127.0.0.1", "--port", "0",
-            *workload.catalog_args, *extra_args]
-    with ThreadPoolExecutor(max_workers=servers) as executor:
-        futures = [executor.submit(start_service, f"sim-server-{i}", args) for i in range(servers)]
-    started, errors = [], []
-    for future in futures:
-        try:
-            started.append(future.result())
-        except (RuntimeError, OSError) as exc:
-            errors.append(str(exc))
-    if errors:
-        for service in started:
-            service.stop()
-        raise RuntimeError(f"simulator server failed to start: {errors[0]}")
-    return started
-
 
 async def evaluate_policies(
     addresses: list[str],
@@ -330,13 +284,9 @@ def compare(
     started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)  # an unwritable --out fails now, not after the evaluation
 
-    simulators = start_simulators(workload, servers, slots)
-    try:
+    with simulator_servers(workload, servers, slots) as simulators:
         clips, num_clips, episodes = asyncio.run(evaluate_policies(
             [s.address for s in simulators], runs_a + runs_b, episodes_per_clip=episodes_per_clip, seed=seed))
-    finally:
-        for service in simulators:
-            service.stop()
 
     episodes_a = [episodes[run.path.resolve()] for run in runs_a]
     episodes_b = [episodes[run.path.resolve()] for run in runs_b]

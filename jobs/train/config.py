@@ -10,17 +10,14 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from sim_server.cost_model import check_preset
-from sim_server.environments import check_env_spec
+from broker.samplers import ModeName
+from sim_server.cost_model import CostPreset
+from sim_server.environments import EnvSpec
 
 ENV_PREFIX = "FAST_TRAIN_"
-# Clip c is held out of training for evaluation when c % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
-# (broker/dealer.py); the broker is started with it and the evaluation uses the same clips.
-HOLDOUT_EVERY = 10
 # A run's name becomes a directory under runs_dir: one path component, no surprises in a shell.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -31,7 +28,7 @@ class TrainConfig(BaseModel):
     runs_dir: Path = Path("runs")
 
     # Sampling (the broker's settings).
-    mode: Literal["sc", "autoreset", "sgr", "ver", "fast"] = "fast"
+    mode: ModeName = "fast"  # broker/samplers/
     alpha: float = Field(0.5, gt=0.0, le=1.0)  # DPSA: truncate the round when this share of clips ended
     t_max: int = Field(200, ge=1)  # DPSA: ... or when the round is t_max steps long
     samples_per_iteration: int = Field(2048, ge=1)  # valid transitions per iteration (at least)
@@ -40,10 +37,10 @@ class TrainConfig(BaseModel):
     seed: int = Field(0, ge=0)  # clip dealing, action sampling, initial weights, evaluation seeds
 
     # Simulators: `servers` processes of `slots` slots each, all with the same workload.
-    env: str = "takeover"  # "takeover" or "gym:<Gymnasium id>"
+    env: EnvSpec = "takeover"  # "takeover" or "gym:<Gymnasium id>"
     servers: int = Field(2, ge=1, le=64)
     slots: int = Field(5, ge=1, le=4096)  # per server
-    cost_preset: str = "off"  # off | calibrated | parallel | step-only (docs/cost_model.md)
+    cost_preset: CostPreset = "off"  # off | calibrated | parallel | step-only (docs/cost_model.md)
 
     # Learner (PPO), same names and meaning as learner/config.py.
     lr: float = Field(3e-4, gt=0.0, allow_inf_nan=False)
@@ -60,16 +57,6 @@ class TrainConfig(BaseModel):
     # Bounded waits of the orchestration itself.
     startup_timeout_s: float = Field(120.0, gt=0.0)  # each service must print its listening line by then
     stop_timeout_s: float = Field(40.0, gt=0.0)  # SIGTERM, then SIGKILL after this long (per process)
-
-    @field_validator("env")
-    @classmethod
-    def _known_env(cls, value: str) -> str:
-        return check_env_spec(value)
-
-    @field_validator("cost_preset")
-    @classmethod
-    def _known_preset(cls, value: str) -> str:
-        return check_preset(value)
 
     @field_validator("name")
     @classmethod

@@ -23,9 +23,8 @@ from broker.dealer import holdout_clips
 from broker.evaluate import evaluate, summarize
 from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
-from learner.checkpoint import CheckpointError, load_latest
+from learner.checkpoint import CheckpointError, load_latest, policy_weights
 from learner.client import LearnerClient
-from learner.policy import ActorCritic, export_weights
 
 log = logging.getLogger("jobs.train")
 
@@ -61,13 +60,14 @@ async def fetch_final_policy(learner_address: str, checkpoint_dir: Path) -> Fina
                     learner_address, exc.code().name, exc.details())
     try:
         checkpoint = load_latest(checkpoint_dir)
+        if checkpoint is None:
+            raise RuntimeError(
+                f"no final policy to evaluate: the learner is gone and {checkpoint_dir} holds no checkpoint"
+            )
+        weights = policy_weights(checkpoint)
     except CheckpointError as exc:
         raise RuntimeError(f"no final policy to evaluate: {exc}") from None
-    if checkpoint is None:
-        raise RuntimeError(f"no final policy to evaluate: the learner is gone and {checkpoint_dir} holds no checkpoint")
-    policy = ActorCritic(checkpoint.observation_space.shape, checkpoint.action_space, checkpoint.hidden_sizes)
-    policy.load_state_dict(checkpoint.learner_state["policy"])
-    return FinalPolicy(checkpoint.policy_version, checkpoint.hidden_sizes, export_weights(policy), str(checkpoint.path))
+    return FinalPolicy(checkpoint.policy_version, checkpoint.hidden_sizes, weights, str(checkpoint.path))
 
 
 async def evaluate_run(

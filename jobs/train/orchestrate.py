@@ -25,7 +25,8 @@ import yaml
 from rich.console import Console
 
 from jobs import processes
-from jobs.train.config import HOLDOUT_EVERY, TrainConfig
+from broker.dealer import HOLDOUT_EVERY
+from jobs.train.config import TrainConfig
 from jobs.train.monitor import BrokerStatus, MetricsTail, ProgressView, TensorBoardSink
 from jobs.train.report import ReportError, write_report
 

@@ -1,0 +1,135 @@
+"""What every sampling measurement is built from: the benchmark's settings, its simulator servers
+as one pool, its fixed policies, and one measured iteration of a mode on N slots.
+
+`fast bench sampling` (jobs/bench/sampling.py) times configurations with these pieces and
+measures steady-state episode lengths with them too (jobs/bench/episode_length.py): both
+measurements import them from here, so neither bench module leans on the other's insides.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from broker.dealer import HOLDOUT_EVERY, ClipDealer
+from broker.policy_runner import PolicyRunner
+from broker.pool import SimulatorPool
+from broker.samplers import MODE_NAMES, make_sampler
+from jobs.simulators import Workload, simulator_servers
+
+MODES = MODE_NAMES  # the broker's sampling modes (broker/samplers/), all benchmarked by default
+
+
+@dataclass(frozen=True)
+class SamplingBenchConfig:
+    modes: tuple[str, ...] = MODES
+    clips: tuple[int, ...] = (5, 10, 20, 30)
+    presets: tuple[str, ...] = ("calibrated", "parallel")
+    servers: int = 2
+    repeats: int = 3
+    samples: int = 2048  # valid transitions per measured iteration
+    warmup_samples: int = 256
+    alpha: float = 0.5
+    t_max: int = 200
+    seed: int = 0
+    checkpoint_dir: Path | None = None  # a fast train run's checkpoints/: adds the "trained" policy
+    gym_reference: bool = True  # takeover only: the reference wraps the takeover workload
+    holdout_every: int = HOLDOUT_EVERY
+    env: str = "takeover"  # or gym:<id>, e.g. gym:highway_env:highway-fast-v0 (real costs, cost preset "off")
+    # Steady-state episode lengths (jobs/bench/episode_length.py): valid transitions in the window
+    # after a warm-up of length_warmup_steps per slot; 0 skips the measurement.
+    length_samples: int = 6000
+    length_warmup_steps: int = 600
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.modes if m not in MODES]
+        if unknown:
+            raise ValueError(f"modes {unknown} are unknown; use some of {', '.join(MODES)}")
+        if not self.clips or min(self.clips) < 1:
+            raise ValueError(f"clips {list(self.clips)}: give clip counts >= 1, e.g. 5,10,20,30")
+        if self.servers < 1 or self.repeats < 1 or self.samples < 1:
+            raise ValueError(f"servers={self.servers}, repeats={self.repeats}, samples={self.samples}: "
+                             "each must be >= 1")
+        if self.length_samples < 0 or self.length_warmup_steps < 0:
+            raise ValueError(f"length_samples={self.length_samples}, length_warmup_steps={self.length_warmup_steps}: "
+                             "each must be >= 0 (length_samples 0 skips the episode-length measurement)")
+        from sim_server.cost_model import PRESETS
+
+        bad = [p for p in self.presets if p not in PRESETS]
+        if bad:
+            raise ValueError(f"presets {bad} are unknown; use some of {', '.join(PRESETS)}")
+        from sim_server.environments import check_env_spec
+
+        check_env_spec(self.env)
+        if self.env != "takeover" and self.gym_reference:
+            raise ValueError(f"env={self.env}: the Gymnasium reference wraps the takeover workload; "
+                             "pass --no-gym-reference")
+
+
+def spread_slots(pool: SimulatorPool, count: int) -> np.ndarray:
+    """`count` global slot ids dealt round-robin over the servers (so load is even)."""
+    per_server = [list(range(s.slot_offset, s.slot_offset + s.num_slots)) for s in pool.servers]
+    chosen: list[int] = []
+    while len(chosen) < count:
+        for slots in per_server:
+            if slots and len(chosen) < count:
+                chosen.append(slots.pop(0))
+        if not any(per_server) and len(chosen) < count:
+            raise ValueError(f"{count} clips need {count} slots; the servers have {pool.num_slots}")
+    return np.array(sorted(chosen), dtype=np.int64)
+
+
+def fixed_policies(cfg: SamplingBenchConfig, pool: SimulatorPool) -> dict[str, tuple[tuple[int, ...], bytes | None]]:
+    policies: dict[str, tuple[tuple[int, ...], bytes | None]] = {"random": ((64, 64), None)}
+    if cfg.checkpoint_dir is not None:
+        from learner.checkpoint import load_latest, policy_weights
+
+        checkpoint = load_latest(cfg.checkpoint_dir)
+        if checkpoint is None:
+            raise ValueError(f"checkpoint_dir {cfg.checkpoint_dir} holds no checkpoint; "
+                             "give a fast train run's checkpoints/")
+        policies["trained"] = (tuple(checkpoint.hidden_sizes), policy_weights(checkpoint))
+    return policies
+
+
+def runner_for(pool: SimulatorPool, hidden: tuple[int, ...], weights: bytes | None, seed: int) -> PolicyRunner:
+    runner = PolicyRunner(pool.observation_space, pool.action_space, hidden, seed=seed)
+    if weights is not None:
+        runner.load(0, weights)
+    return runner
+
+
+async def measure_mode(cfg: SamplingBenchConfig, pool: SimulatorPool, runner: PolicyRunner, mode: str, clips: int,
+                       seed: int, *, warmup_samples: int, samples: int) -> dict:
+    """A fresh sampler of `mode` on `clips` slots: one warm-up iteration, then the measured one's summary."""
+    slots = spread_slots(pool, clips)
+    dealer = ClipDealer(pool.num_clips, holdout_every=cfg.holdout_every, seed=seed)
+    sampler = make_sampler(mode, pool, runner, dealer, samples_per_iteration=max(warmup_samples, 1),
+                           alpha=cfg.alpha, t_max=cfg.t_max, slots=slots)
+    await sampler.sample()
+    sampler.samples_per_iteration = samples
+    _, stats = await sampler.sample()
+    return stats.summary()
+
+
+@asynccontextmanager
+async def simulator_pool(cfg: SamplingBenchConfig, preset: str) -> AsyncIterator[SimulatorPool]:
+    """`cfg.servers` sim-server processes under `preset`, with slots for the largest clip count, as one pool.
+
+    The servers are stopped on exit, whatever happened.
+    """
+    workload = Workload(cfg.env, (), cfg.holdout_every)
+    slots = math.ceil(max(cfg.clips) / cfg.servers)
+    with simulator_servers(workload, cfg.servers, slots, ("--cost-preset", preset)) as servers:
+        pool = SimulatorPool()
+        try:
+            for server in servers:
+                await pool.add(server.address)
+            yield pool
+        finally:
+            await pool.close()
