@@ -47,7 +47,8 @@ def ensure_venv() -> None:
 
 COMMANDS = {
     "train": [["-m", "fast", "train"]],
-    "test": [["-m", "pytest", "-q"]],
+    # Lint and format first (seconds), then the tests; extra arguments go to pytest.
+    "test": [["-m", "ruff", "check", "."], ["-m", "ruff", "format", "--check", "."], ["-m", "pytest", "-q"]],
 }
 
 
@@ -56,8 +57,9 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 2
     ensure_venv()
-    extra = argv[1:]
-    for args in COMMANDS[argv[0]]:
+    steps = COMMANDS[argv[0]]
+    for i, args in enumerate(steps):
+        extra = argv[1:] if i == len(steps) - 1 else []  # the user's arguments are for the last step
         code = subprocess.run([str(PYTHON), *args, *extra], cwd=ROOT).returncode
         if code != 0:
             return code

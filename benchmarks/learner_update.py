@@ -104,9 +104,11 @@ def main() -> None:
     initial = ActorCritic(obs_dim, ActionSpec.box(2))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
     print(f"device {device} [{name}], torch {torch.__version__}")
-    print(f"padded batch [T={padded.num_steps}, N={padded.num_slots}] obs {obs_dim}, valid {padded.num_valid}/"
-          f"{padded.num_total} ({padded.num_valid / padded.num_total:.1%}); compacted [K={compacted.num_steps}, "
-          f"N={compacted.num_slots}]; PPO {config.update_epochs} epochs x {config.num_minibatches} minibatches")
+    print(
+        f"padded batch [T={padded.num_steps}, N={padded.num_slots}] obs {obs_dim}, valid {padded.num_valid}/"
+        f"{padded.num_total} ({padded.num_valid / padded.num_total:.1%}); compacted [K={compacted.num_steps}, "
+        f"N={compacted.num_slots}]; PPO {config.update_epochs} epochs x {config.num_minibatches} minibatches"
+    )
 
     times: dict[str, list[float]] = {"padded": [], "compacted": []}
     stats: dict[str, dict] = {}
@@ -118,12 +120,16 @@ def main() -> None:
                 times[label].append(stats[label]["update_time_s"])
 
     # Same transitions, same shuffles: the SMPO guarantee, checked loosely (float32, other GAE layout).
-    assert abs(stats["padded"]["value_loss"] - stats["compacted"]["value_loss"]) <= 1e-3 * (1 + abs(stats["compacted"]["value_loss"]))
+    assert abs(stats["padded"]["value_loss"] - stats["compacted"]["value_loss"]) <= 1e-3 * (
+        1 + abs(stats["compacted"]["value_loss"])
+    )
     print(f"{'batch':<10} {'median s':>9} {'min s':>8} {'max s':>8} {'valid trans/s':>14} {'all trans/s':>12}")
     for label, batch in (("padded", padded), ("compacted", compacted)):
         median = statistics.median(times[label])
-        print(f"{label:<10} {median:>9.4f} {min(times[label]):>8.4f} {max(times[label]):>8.4f} "
-              f"{batch.num_valid / median:>14,.0f} {batch.num_total / median:>12,.0f}")
+        print(
+            f"{label:<10} {median:>9.4f} {min(times[label]):>8.4f} {max(times[label]):>8.4f} "
+            f"{batch.num_valid / median:>14,.0f} {batch.num_total / median:>12,.0f}"
+        )
     ratio = statistics.median(times["padded"]) / statistics.median(times["compacted"])
     print(f"padded / compacted update time: {ratio:.3f}")
 

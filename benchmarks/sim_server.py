@@ -22,10 +22,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from fast.spaces import random_actions  # noqa: E402
 from jobs.processes import start_service  # noqa: E402
 from sim_server.client import SimulatorClient  # noqa: E402
 from sim_server.environments import make_env  # noqa: E402
-from fast.spaces import random_actions  # noqa: E402
 
 
 def step_in_process(env, actions: np.ndarray, clips: np.ndarray) -> float:
@@ -59,19 +59,32 @@ async def step_over_grpc(client: SimulatorClient, actions: np.ndarray, clips: np
     return actions.shape[0] * slots.size / stepping
 
 
-async def reset_latency(client: SimulatorClient, env, slots: np.ndarray, clips: np.ndarray, rounds: int) -> dict[str, float]:
+async def reset_latency(
+    client: SimulatorClient, env, slots: np.ndarray, clips: np.ndarray, rounds: int
+) -> dict[str, float]:
     out: dict[str, list[float]] = {"grpc_one": [], "grpc_all": [], "inproc_one": [], "inproc_all": []}
     for i in range(rounds):
         c = clips[(i + slots) % clips.size]
-        started = time.perf_counter(); await client.reset(slots[:1], c[:1], [i]); out["grpc_one"].append(time.perf_counter() - started)
-        started = time.perf_counter(); await client.reset(slots, c, slots); out["grpc_all"].append(time.perf_counter() - started)
-        started = time.perf_counter(); env.reset(slots[:1], c[:1], np.array([i])); out["inproc_one"].append(time.perf_counter() - started)
-        started = time.perf_counter(); env.reset(slots, c, slots); out["inproc_all"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        await client.reset(slots[:1], c[:1], [i])
+        out["grpc_one"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        await client.reset(slots, c, slots)
+        out["grpc_all"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        env.reset(slots[:1], c[:1], np.array([i]))
+        out["inproc_one"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        env.reset(slots, c, slots)
+        out["inproc_all"].append(time.perf_counter() - started)
     return {k: statistics.median(v) for k, v in out.items()}
 
 
 async def main(args: argparse.Namespace) -> None:
-    server = start_service("sim-server", ["sim-server", "--env", args.env, "--slots", str(args.slots), "--port", "0", "--cost-preset", "off"])
+    server = start_service(
+        "sim-server",
+        ["sim-server", "--env", args.env, "--slots", str(args.slots), "--port", "0", "--cost-preset", "off"],
+    )
     try:
         env = make_env(args.env, args.slots)
         rng = np.random.default_rng(0)
@@ -95,10 +108,15 @@ async def main(args: argparse.Namespace) -> None:
     for name, values in results.items():
         rate = statistics.median(values)
         print(f"{name:<18}{rate:>14,.0f}{rate / base:>15.3f}")
-    print(f"stream / unary: {statistics.median(results['grpc StepStream']) / statistics.median(results['grpc unary Step']):.3f}")
-    print("reset latency (ms):  "
-          f"1 slot gRPC {resets['grpc_one'] * 1e3:.2f}, in-process {resets['inproc_one'] * 1e3:.2f};  "
-          f"{args.slots} slots batched gRPC {resets['grpc_all'] * 1e3:.2f}, in-process {resets['inproc_all'] * 1e3:.2f}")
+    print(
+        "stream / unary: "
+        f"{statistics.median(results['grpc StepStream']) / statistics.median(results['grpc unary Step']):.3f}"
+    )
+    print(
+        "reset latency (ms):  "
+        f"1 slot gRPC {resets['grpc_one'] * 1e3:.2f}, in-process {resets['inproc_one'] * 1e3:.2f};  "
+        f"{args.slots} slots batched gRPC {resets['grpc_all'] * 1e3:.2f}, in-process {resets['inproc_all'] * 1e3:.2f}"
+    )
 
 
 if __name__ == "__main__":

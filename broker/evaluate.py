@@ -107,7 +107,9 @@ def summarize(episodes: list[dict]) -> dict:
     """Means over episodes of return, length, collision and off-road rates, and every numeric metric."""
     if not episodes:
         return {"episodes": 0}
-    names = sorted({k for e in episodes for k, v in e.items() if isinstance(v, (int, float)) and k not in ("clip_id", "seed")})
+    names = sorted(
+        {k for e in episodes for k, v in e.items() if isinstance(v, (int, float)) and k not in ("clip_id", "seed")}
+    )
     out: dict = {"episodes": len(episodes)}
     for name in names:
         values = [float(e[name]) for e in episodes if name in e]
@@ -123,5 +125,7 @@ def _raise_on_failure(pool: SimulatorPool, slots: np.ndarray, failed: np.ndarray
     if failed.any():
         servers = sorted({pool.servers[pool.slot_server[s]].address for s in slots[failed]})
         errors = "; ".join(f"{pool.servers[pool.slot_server[s]].last_error}" for s in slots[failed][:1])
-        raise EvaluationError(f"{call} failed on simulator server(s) {', '.join(servers)} ({errors}); "
-                              "evaluation needs every server up until it ends")
+        raise EvaluationError(
+            f"{call} failed on simulator server(s) {', '.join(servers)} ({errors}); "
+            "evaluation needs every server up until it ends"
+        )

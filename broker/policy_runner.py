@@ -21,7 +21,6 @@ import torch
 from fast.spaces import SpaceSpec
 from learner.policy import ActorCritic, import_weights
 
-
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
@@ -34,7 +33,9 @@ class Decision:
 
 
 class PolicyRunner:
-    def __init__(self, observation_space: SpaceSpec, action_space: SpaceSpec, hidden_sizes: tuple[int, ...], seed: int = 0) -> None:
+    def __init__(
+        self, observation_space: SpaceSpec, action_space: SpaceSpec, hidden_sizes: tuple[int, ...], seed: int = 0
+    ) -> None:
         self.observation_space = observation_space
         self.action_space = action_space
         torch.manual_seed(seed)
@@ -54,8 +55,13 @@ class PolicyRunner:
 
     def _snapshot_weights(self) -> None:
         """numpy copies of the MLPs ([(W^T, b), ...], tanh between layers) and the log-std."""
+
         def layers(seq: torch.nn.Sequential) -> list[tuple[np.ndarray, np.ndarray]]:
-            return [(m.weight.detach().numpy().T.copy(), m.bias.detach().numpy().copy()) for m in seq if isinstance(m, torch.nn.Linear)]
+            return [
+                (m.weight.detach().numpy().T.copy(), m.bias.detach().numpy().copy())
+                for m in seq
+                if isinstance(m, torch.nn.Linear)
+            ]
 
         self._critic = layers(self.policy.critic)
         if self.action_space.kind == "box":
@@ -76,7 +82,9 @@ class PolicyRunner:
         if self.action_space.kind != "box":
             action, logprob, _, value = self.policy.get_action_and_value(torch.as_tensor(obs, dtype=torch.float32))
             actions = action.numpy().astype(np.int64, copy=False)
-            return Decision(actions, self.to_env(actions), logprob.numpy().astype(np.float32), value.numpy().astype(np.float32))
+            return Decision(
+                actions, self.to_env(actions), logprob.numpy().astype(np.float32), value.numpy().astype(np.float32)
+            )
         flat = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
         mean = self._forward(self._actor, flat)  # [k, action_dim]
         noise = self._rng.standard_normal(mean.shape, dtype=np.float32)
@@ -91,7 +99,9 @@ class PolicyRunner:
         """The mode of the policy (mean action / argmax), for evaluation; env-ready."""
         flat = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
         if self.action_space.kind == "box":
-            return self.to_env(self._forward(self._actor, flat).reshape(-1, *self.action_space.shape).astype(np.float32))
+            return self.to_env(
+                self._forward(self._actor, flat).reshape(-1, *self.action_space.shape).astype(np.float32)
+            )
         return self.policy.actor_logits(torch.as_tensor(flat)).argmax(-1).numpy().astype(np.int64)
 
     def value(self, obs: np.ndarray) -> np.ndarray:

@@ -40,7 +40,7 @@ def resolve_addresses(spec: str) -> list[str]:
     """
     if not spec.startswith("dns:"):
         return [spec]
-    target = spec[len("dns:"):].lstrip("/")
+    target = spec[len("dns:") :].lstrip("/")
     host, sep, port = target.rpartition(":")
     if not sep or not port.isdigit():
         raise ValueError(f"simulator address {spec!r}: expected dns:///NAME:PORT")
@@ -129,7 +129,11 @@ class SimulatorPool:
             await client.close()
             raise ConnectionError(f"simulator {address} did not answer Describe: {_describe_error(exc)}") from None
         if self.observation_space is None:
-            self.observation_space, self.action_space, self.num_clips = desc.observation_space, desc.action_space, desc.num_clips
+            self.observation_space, self.action_space, self.num_clips = (
+                desc.observation_space,
+                desc.action_space,
+                desc.num_clips,
+            )
         else:
             refusal = self.refusal(address, desc)
             if refusal:
@@ -142,7 +146,7 @@ class SimulatorPool:
         return handle
 
     def refusal(self, address: str, desc: ServerDescription) -> str:
-        """"" when the server at `address`, described by `desc`, may join the pool; else why it may not.
+        """ "" when the server at `address`, described by `desc`, may join the pool; else why it may not.
 
         The one admission rule: `add` applies it, and so does the broker's RegisterSimulator, so
         a server the API accepts is never refused when it joins.
@@ -157,8 +161,11 @@ class SimulatorPool:
         return (
             space_mismatch("observation space", self.observation_space, desc.observation_space)
             or space_mismatch("action space", self.action_space, desc.action_space)
-            or (f"catalog of {desc.num_clips} clips, the pool's has {self.num_clips}"
-                if desc.num_clips != self.num_clips else "")
+            or (
+                f"catalog of {desc.num_clips} clips, the pool's has {self.num_clips}"
+                if desc.num_clips != self.num_clips
+                else ""
+            )
         )
 
     def _mark_down(self, server: ServerHandle, error: BaseException) -> None:
@@ -189,7 +196,9 @@ class SimulatorPool:
         try:
             desc = await asyncio.wait_for(server.client.describe(), self.timeouts.describe_s)
             problem = self._mismatch(desc) or (
-                f"it now has {desc.num_slots} slots, had {server.num_slots}" if desc.num_slots != server.num_slots else ""
+                f"it now has {desc.num_slots} slots, had {server.num_slots}"
+                if desc.num_slots != server.num_slots
+                else ""
             )
         except _FAULTS as exc:
             problem = _describe_error(exc)
@@ -234,8 +243,9 @@ class SimulatorPool:
 
         async def call(server: ServerHandle, positions: np.ndarray) -> None:
             local = self.slot_local[slots[positions]]
-            reply = await self._call(server, lambda: request(server, local, env_actions[positions]),
-                                     self.timeouts.step_s)
+            reply = await self._call(
+                server, lambda: request(server, local, env_actions[positions]), self.timeouts.step_s
+            )
             if reply is None:
                 out.failed[positions] = True
                 return
@@ -255,12 +265,15 @@ class SimulatorPool:
         """Reset global `slots`: one call per server when `batched`, else one call per slot, all concurrent."""
         k = slots.size
         obs_space = self.observation_space
-        out = PoolReset(observations=np.zeros((k, *obs_space.shape), dtype=obs_space.dtype), failed=np.zeros(k, dtype=bool))
+        out = PoolReset(
+            observations=np.zeros((k, *obs_space.shape), dtype=obs_space.dtype), failed=np.zeros(k, dtype=bool)
+        )
 
         async def call(server: ServerHandle, positions: np.ndarray) -> None:
             local = self.slot_local[slots[positions]]
-            reply = await self._call(server, lambda: server.client.reset(local, clips[positions], seeds[positions]),
-                                     self.timeouts.reset_s)
+            reply = await self._call(
+                server, lambda: server.client.reset(local, clips[positions], seeds[positions]), self.timeouts.reset_s
+            )
             if reply is None:
                 out.failed[positions] = True
                 return
@@ -299,4 +312,3 @@ def _describe_error(exc: BaseException) -> str:
     if isinstance(exc, asyncio.TimeoutError):
         return "timed out"
     return f"{type(exc).__name__}: {exc}"
-

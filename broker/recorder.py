@@ -14,7 +14,9 @@ import numpy as np
 
 
 class RolloutRecorder:
-    def __init__(self, num_slots: int, obs_shape: tuple[int, ...], obs_dtype, act_shape: tuple[int, ...], act_dtype) -> None:
+    def __init__(
+        self, num_slots: int, obs_shape: tuple[int, ...], obs_dtype, act_shape: tuple[int, ...], act_dtype
+    ) -> None:
         self.num_slots = num_slots
         self._obs_shape, self._obs_dtype = obs_shape, obs_dtype
         self._act_shape, self._act_dtype = act_shape, act_dtype
@@ -57,10 +59,14 @@ class RolloutRecorder:
     def is_open(self, row: int, slot: int) -> bool:
         """True when the slot's step at `row` is valid and did not end its episode."""
         return bool(
-            self._rows["valid_mask"][row][slot] and not self._rows["terminated"][row][slot] and not self._rows["truncated"][row][slot]
+            self._rows["valid_mask"][row][slot]
+            and not self._rows["terminated"][row][slot]
+            and not self._rows["truncated"][row][slot]
         )
 
-    def truncate(self, row: int, slot: int, *, next_obs: np.ndarray | None = None, next_value: float | None = None) -> None:
+    def truncate(
+        self, row: int, slot: int, *, next_obs: np.ndarray | None = None, next_value: float | None = None
+    ) -> None:
         """Mark the slot's step at `row` truncated: GAE bootstraps from V(next_obs) (or a known value)."""
         self._rows["truncated"][row][slot] = True
         if next_value is not None:

@@ -59,7 +59,9 @@ class BrokerRun:
         self.stale_batches = 0
         self.last_metrics: dict | None = None
         self.pool = SimulatorPool(
-            PoolTimeouts(step_s=config.step_timeout_s, reset_s=config.reset_timeout_s, describe_s=config.describe_timeout_s)
+            PoolTimeouts(
+                step_s=config.step_timeout_s, reset_s=config.reset_timeout_s, describe_s=config.describe_timeout_s
+            )
         )
         self.runner: PolicyRunner | None = None
         self.learner = LearnerClient(config.learner, update_timeout_s=config.update_timeout_s)
@@ -132,8 +134,9 @@ class BrokerRun:
         for address in addresses:
             await self._retry_until(deadline, lambda a=address: self.pool.add(a), f"simulator {address}")
         obs_space, act_space = self.pool.observation_space, self.pool.action_space
-        await self._retry_until(deadline, lambda: self.learner.initialize(obs_space, act_space),
-                                f"learner {self.config.learner}")
+        await self._retry_until(
+            deadline, lambda: self.learner.initialize(obs_space, act_space), f"learner {self.config.learner}"
+        )
         policy = await self.learner.get_policy()
         self.runner = PolicyRunner(obs_space, act_space, policy.hidden_sizes, seed=self.config.seed)
         self.runner.load(policy.version, policy.weights)
@@ -143,8 +146,13 @@ class BrokerRun:
     async def _retry_until(self, deadline: float, attempt, what: str):
         """Start-up: a simulator or the learner may not be up yet; connection errors are retried too."""
         try:
-            return await retry(attempt, deadline=deadline, delay_s=0.1, max_delay_s=2.0,
-                               errors=(grpc.aio.AioRpcError, ConnectionError, OSError))
+            return await retry(
+                attempt,
+                deadline=deadline,
+                delay_s=0.1,
+                max_delay_s=2.0,
+                errors=(grpc.aio.AioRpcError, ConnectionError, OSError),
+            )
         except RetryExpired as expired:
             waited = self.config.startup_timeout_s
             raise RunFailed(f"{what} did not answer within {waited:g} s: {expired.error}") from None
@@ -153,8 +161,16 @@ class BrokerRun:
 
     def _make_sampler(self) -> Sampler:
         c = self.config
-        return make_sampler(c.mode, self.pool, self.runner, self._dealer, samples_per_iteration=c.samples_per_iteration,
-                            alpha=c.alpha, t_max=c.t_max, stall_timeout_s=c.stall_timeout_s)
+        return make_sampler(
+            c.mode,
+            self.pool,
+            self.runner,
+            self._dealer,
+            samples_per_iteration=c.samples_per_iteration,
+            alpha=c.alpha,
+            t_max=c.t_max,
+            stall_timeout_s=c.stall_timeout_s,
+        )
 
     async def _admit_new_servers(self) -> None:
         """Servers registered at run time, or new IPs behind a DNS name, join between iterations."""
@@ -213,8 +229,13 @@ class BrokerRun:
             log.warning("learner unavailable (%s); retrying in %.1f s", exc.code().name, delay_s)
 
         try:
-            return await retry(lambda: self.learner.submit(batch, version, return_policy=True), deadline=deadline,
-                               delay_s=0.2, max_delay_s=5.0, before_wait=before_wait)
+            return await retry(
+                lambda: self.learner.submit(batch, version, return_policy=True),
+                deadline=deadline,
+                delay_s=0.2,
+                max_delay_s=5.0,
+                before_wait=before_wait,
+            )
         except RetryExpired:
             raise RunFailed(f"learner {self.config.learner} unavailable for {self.config.learner_wait_s:g} s") from None
         except grpc.aio.AioRpcError as exc:
@@ -228,8 +249,9 @@ class BrokerRun:
         policy = await self._retry_learner(deadline, self.learner.get_policy)
         if policy.version == version:
             raise RunFailed(f"learner refused the batch: {refusal}")
-        log.warning("batch of version %d refused (%s); sampling again with version %d",
-                    version, refusal, policy.version)
+        log.warning(
+            "batch of version %d refused (%s); sampling again with version %d", version, refusal, policy.version
+        )
         self.runner.load(policy.version, policy.weights)
         self.stale_batches += 1
         return None

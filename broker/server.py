@@ -27,14 +27,20 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Broker"].full_name
 
 async def create_server(run: BrokerRun, address: str) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     servicer = BrokerServicer(run)
-    return await start_server(address, SERVICE_NAME, lambda server: pb_grpc.add_BrokerServicer_to_server(servicer, server))
+    return await start_server(
+        address, SERVICE_NAME, lambda server: pb_grpc.add_BrokerServicer_to_server(servicer, server)
+    )
 
 
 async def serve(config: BrokerConfig, grace_s: float = 30.0) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     run = BrokerRun(config)
     server, port, health_servicer = await create_server(run, f"{config.host}:{config.port}")
-    print(f"fast broker listening on {display_address(config.host, port)} mode={config.mode} simulators={len(config.simulators)}", flush=True)
+    print(
+        f"fast broker listening on {display_address(config.host, port)} "
+        f"mode={config.mode} simulators={len(config.simulators)}",
+        flush=True,
+    )
     loop = asyncio.get_running_loop()
     task = asyncio.create_task(run.run())
 
@@ -52,6 +58,8 @@ async def serve(config: BrokerConfig, grace_s: float = 30.0) -> int:
     await asyncio.sleep(0.2)
     await health_servicer.enter_graceful_shutdown()
     await server.stop(1.0)
-    print(f"fast broker {run.state.value} after {run.iteration} iterations" + (f": {run.error}" if run.error else ""),
-          flush=True)
+    print(
+        f"fast broker {run.state.value} after {run.iteration} iterations" + (f": {run.error}" if run.error else ""),
+        flush=True,
+    )
     return 0 if run.state is RunState.DONE else 1

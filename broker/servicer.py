@@ -37,8 +37,12 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             last_metrics_json=json.dumps(run.last_metrics, default=str) if run.last_metrics else "",
             simulators=[
                 pb.SimulatorStatus(
-                    address=s.address, up=s.up, num_slots=s.num_slots, faults=s.faults,
-                    readmissions=s.readmissions, last_error=s.last_error,
+                    address=s.address,
+                    up=s.up,
+                    num_slots=s.num_slots,
+                    faults=s.faults,
+                    readmissions=s.readmissions,
+                    last_error=s.last_error,
                 )
                 for s in run.pool.servers
             ],
@@ -47,7 +51,9 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     async def RegisterSimulator(self, request, context) -> pb.RegisterSimulatorResponse:
         if not request.address:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "address is empty; give HOST:PORT of a simulator server")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "address is empty; give HOST:PORT of a simulator server"
+            )
         try:
             (address,) = resolve_addresses(request.address)[:1]
         except (ValueError, OSError) as exc:
@@ -57,7 +63,9 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             try:
                 desc = await client.describe()
             except grpc.aio.AioRpcError as exc:
-                await context.abort(grpc.StatusCode.UNAVAILABLE, f"simulator {address} did not answer Describe: {exc.details()}")
+                await context.abort(
+                    grpc.StatusCode.UNAVAILABLE, f"simulator {address} did not answer Describe: {exc.details()}"
+                )
         # The pool's own admission rule, so a simulator accepted here is not refused when it joins.
         refusal = self.run.pool.refusal(address, desc)
         if refusal:
@@ -69,13 +77,15 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         run = self.run
         if request.action == pb.CONTROL_ACTION_PAUSE:
             if run.state.finished:
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                    f"the run is {run.state.value}; nothing to pause")
+                await context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION, f"the run is {run.state.value}; nothing to pause"
+                )
             run.pause()
         elif request.action == pb.CONTROL_ACTION_RESUME:
             if run.state.finished:
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                    f"the run is {run.state.value}; nothing to resume")
+                await context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION, f"the run is {run.state.value}; nothing to resume"
+                )
             run.resume()
         elif request.action == pb.CONTROL_ACTION_STOP:
             run.stop()

@@ -66,7 +66,8 @@ def resolve_config(
         return model.model_validate(merged)
     except ValidationError as exc:
         problems = [
-            f"{'.'.join(str(p) for p in err['loc'])}={err.get('input')!r}: {err['msg']}" if err["loc"]
+            f"{'.'.join(str(p) for p in err['loc'])}={err.get('input')!r}: {err['msg']}"
+            if err["loc"]
             else err["msg"].removeprefix("Value error, ")
             for err in exc.errors()
         ]

@@ -76,7 +76,7 @@ def spaces_equal(a: SpaceSpec, b: SpaceSpec) -> bool:
 
 
 def space_mismatch(name: str, ours: SpaceSpec, theirs: SpaceSpec) -> str:
-    """"" when the spaces agree (spaces_equal), else a sentence naming the difference."""
+    """ "" when the spaces agree (spaces_equal), else a sentence naming the difference."""
     if spaces_equal(ours, theirs):
         return ""
     ours_text, theirs_text = describe_space(ours), describe_space(theirs)

@@ -22,7 +22,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-ConfigFile = Annotated[Optional[Path], typer.Option("--config", help="YAML file of settings (flags and env vars override it).")]
+ConfigFile = Annotated[
+    Optional[Path], typer.Option("--config", help="YAML file of settings (flags and env vars override it).")
+]
 # Where a simulator server or the learner listens (the broker's port and host are its control API's).
 ServicePort = Annotated[Optional[int], typer.Option(help="Port; 0 picks a free one and prints it. \\[default: 0]")]
 ServiceHost = Annotated[Optional[str], typer.Option(help="Address to bind. \\[default: 127.0.0.1]")]
@@ -45,8 +47,13 @@ def _fail(message: str) -> None:
     raise typer.Exit(code=2)
 
 
-def _serve(model: type[BaseModel], env_prefix: str, serve: Callable[[Any], Awaitable[Any]], config: Path | None,
-           overrides: dict[str, Any]) -> Any:
+def _serve(
+    model: type[BaseModel],
+    env_prefix: str,
+    serve: Callable[[Any], Awaitable[Any]],
+    config: Path | None,
+    overrides: dict[str, Any],
+) -> Any:
     """Run a service: its settings resolved (defaults < --config < environment < flags), served until it stops.
 
     Returns what `serve` returns; a bad setting or a port that cannot be bound exits 2 with the message.
@@ -61,19 +68,27 @@ def _serve(model: type[BaseModel], env_prefix: str, serve: Callable[[Any], Await
 
 @app.command("sim-server")
 def sim_server(
-    env: Annotated[Optional[str], typer.Option(help="'takeover' or 'gym:<Gymnasium id>'. \\[default: takeover]")] = None,
+    env: Annotated[
+        Optional[str], typer.Option(help="'takeover' or 'gym:<Gymnasium id>'. \\[default: takeover]")
+    ] = None,
     slots: Annotated[Optional[int], typer.Option(help="Number of slots. \\[default: 8]")] = None,
     port: ServicePort = None,
     host: ServiceHost = None,
     seed: Annotated[Optional[int], typer.Option(help="Catalog seed. \\[default: 0]")] = None,
     num_clips: Annotated[Optional[int], typer.Option(help="Catalog size. \\[default: 200 takeover, 1000 gym]")] = None,
-    cost_preset: Annotated[Optional[str], typer.Option(help="off | calibrated | parallel | step-only. \\[default: off]")] = None,
+    cost_preset: Annotated[
+        Optional[str], typer.Option(help="off | calibrated | parallel | step-only. \\[default: off]")
+    ] = None,
     step_latency_s: Annotated[Optional[float], typer.Option(help="Override the preset's step latency.")] = None,
     reset_fixed_s: Annotated[Optional[float], typer.Option(help="Override the preset's fixed reset cost.")] = None,
     map_load_s: Annotated[Optional[float], typer.Option(help="Override the preset's map load cost.")] = None,
-    map_load_cached_s: Annotated[Optional[float], typer.Option(help="Override the preset's cached map load cost.")] = None,
+    map_load_cached_s: Annotated[
+        Optional[float], typer.Option(help="Override the preset's cached map load cost.")
+    ] = None,
     env_kwarg: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE passed to gym.make (repeatable).")] = None,
-    max_message_bytes: Annotated[Optional[int], typer.Option(help="Largest message accepted. \\[default: 64 MiB]")] = None,
+    max_message_bytes: Annotated[
+        Optional[int], typer.Option(help="Largest message accepted. \\[default: 64 MiB]")
+    ] = None,
     grace_s: Annotated[Optional[float], typer.Option(help="Drain time on SIGTERM. \\[default: 5]")] = None,
     config: ConfigFile = None,
 ) -> None:
@@ -85,10 +100,20 @@ def sim_server(
     from sim_server.server import serve
 
     overrides = dict(
-        env=env, slots=slots, port=port, host=host, seed=seed, num_clips=num_clips, cost_preset=cost_preset,
-        step_latency_s=step_latency_s, reset_fixed_s=reset_fixed_s, map_load_s=map_load_s,
-        map_load_cached_s=map_load_cached_s, env_kwargs=_parse_kwargs(env_kwarg),
-        max_message_bytes=max_message_bytes, grace_s=grace_s,
+        env=env,
+        slots=slots,
+        port=port,
+        host=host,
+        seed=seed,
+        num_clips=num_clips,
+        cost_preset=cost_preset,
+        step_latency_s=step_latency_s,
+        reset_fixed_s=reset_fixed_s,
+        map_load_s=map_load_s,
+        map_load_cached_s=map_load_cached_s,
+        env_kwargs=_parse_kwargs(env_kwarg),
+        max_message_bytes=max_message_bytes,
+        grace_s=grace_s,
     )
     _serve(SimServerConfig, ENV_PREFIX, serve, config, overrides)
 
@@ -97,16 +122,29 @@ def sim_server(
 def learner(
     port: ServicePort = None,
     host: ServiceHost = None,
-    checkpoint_dir: Annotated[Optional[Path], typer.Option(help="Where checkpoints are written and resumed from. \\[default: runs/learner/checkpoints]")] = None,
-    checkpoint_every: Annotated[Optional[int], typer.Option(help="Checkpoint every K policy versions. \\[default: 10]")] = None,
+    checkpoint_dir: Annotated[
+        Optional[Path],
+        typer.Option(help="Where checkpoints are written and resumed from. \\[default: runs/learner/checkpoints]"),
+    ] = None,
+    checkpoint_every: Annotated[
+        Optional[int], typer.Option(help="Checkpoint every K policy versions. \\[default: 10]")
+    ] = None,
     keep_checkpoints: Annotated[Optional[int], typer.Option(help="Newest checkpoints kept. \\[default: 3]")] = None,
-    device: Annotated[Optional[str], typer.Option(help="cpu | cuda | cuda:<index>. \\[default: CUDA when present, else CPU]")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Seeds the initial weights and the minibatch shuffling. \\[default: 1]")] = None,
+    device: Annotated[
+        Optional[str], typer.Option(help="cpu | cuda | cuda:<index>. \\[default: CUDA when present, else CPU]")
+    ] = None,
+    seed: Annotated[
+        Optional[int], typer.Option(help="Seeds the initial weights and the minibatch shuffling. \\[default: 1]")
+    ] = None,
     lr: Annotated[Optional[float], typer.Option(help="Adam learning rate. \\[default: 3e-4]")] = None,
     update_epochs: Annotated[Optional[int], typer.Option(help="PPO epochs per batch. \\[default: 10]")] = None,
     num_minibatches: Annotated[Optional[int], typer.Option(help="Minibatches per epoch. \\[default: 32]")] = None,
-    max_message_bytes: Annotated[Optional[int], typer.Option(help="Largest message accepted. \\[default: 256 MiB]")] = None,
-    grace_s: Annotated[Optional[float], typer.Option(help="Drain time on SIGTERM before the final checkpoint. \\[default: 10]")] = None,
+    max_message_bytes: Annotated[
+        Optional[int], typer.Option(help="Largest message accepted. \\[default: 256 MiB]")
+    ] = None,
+    grace_s: Annotated[
+        Optional[float], typer.Option(help="Drain time on SIGTERM before the final checkpoint. \\[default: 10]")
+    ] = None,
     config: ConfigFile = None,
 ) -> None:
     """Serve the learner (SMPO-PPO, policy versions, checkpoints) over gRPC.
@@ -118,28 +156,45 @@ def learner(
     from learner.server import serve
 
     overrides = dict(
-        port=port, host=host, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
-        keep_checkpoints=keep_checkpoints, device=device, seed=seed, lr=lr, update_epochs=update_epochs,
-        num_minibatches=num_minibatches, max_message_bytes=max_message_bytes, grace_s=grace_s,
+        port=port,
+        host=host,
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_every=checkpoint_every,
+        keep_checkpoints=keep_checkpoints,
+        device=device,
+        seed=seed,
+        lr=lr,
+        update_epochs=update_epochs,
+        num_minibatches=num_minibatches,
+        max_message_bytes=max_message_bytes,
+        grace_s=grace_s,
     )
     _serve(LearnerConfig, ENV_PREFIX, serve, config, overrides)
 
 
 @app.command("broker")
 def broker(
-    simulators: Annotated[Optional[str], typer.Option(help="Simulator servers: HOST:PORT[,HOST:PORT...] or dns:///NAME:PORT.")] = None,
+    simulators: Annotated[
+        Optional[str], typer.Option(help="Simulator servers: HOST:PORT[,HOST:PORT...] or dns:///NAME:PORT.")
+    ] = None,
     learner: Annotated[Optional[str], typer.Option("--learner", help="Learner HOST:PORT.")] = None,
     mode: Annotated[Optional[str], typer.Option(help="sc | autoreset | sgr | ver | fast. \\[default: fast]")] = None,
     alpha: Annotated[Optional[float], typer.Option(help="DPSA termination-rate threshold. \\[default: 0.5]")] = None,
     t_max: Annotated[Optional[int], typer.Option(help="DPSA round length limit. \\[default: 200]")] = None,
-    samples_per_iteration: Annotated[Optional[int], typer.Option(help="Valid transitions per iteration. \\[default: 2048]")] = None,
+    samples_per_iteration: Annotated[
+        Optional[int], typer.Option(help="Valid transitions per iteration. \\[default: 2048]")
+    ] = None,
     iterations: Annotated[Optional[int], typer.Option(help="Iterations; 0 runs until stopped. \\[default: 0]")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Seed of clip dealing and action sampling. \\[default: 0]")] = None,
+    seed: Annotated[
+        Optional[int], typer.Option(help="Seed of clip dealing and action sampling. \\[default: 0]")
+    ] = None,
     run_dir: Annotated[Optional[str], typer.Option(help="Directory for metrics.jsonl.")] = None,
     port: Annotated[Optional[int], typer.Option(help="Port of the control API; 0 picks one. \\[default: 0]")] = None,
     host: Annotated[Optional[str], typer.Option(help="Address of the control API. \\[default: 127.0.0.1]")] = None,
     step_timeout_s: Annotated[Optional[float], typer.Option(help="Deadline of a Step call. \\[default: 5]")] = None,
-    learner_wait_s: Annotated[Optional[float], typer.Option(help="How long to wait for an unavailable learner. \\[default: 120]")] = None,
+    learner_wait_s: Annotated[
+        Optional[float], typer.Option(help="How long to wait for an unavailable learner. \\[default: 120]")
+    ] = None,
     config: ConfigFile = None,
 ) -> None:
     """Run the rollout broker: sample with DPSA (or a baseline mode) and train through the learner.
@@ -151,9 +206,19 @@ def broker(
     from broker.server import serve
 
     overrides = dict(
-        simulators=simulators, learner=learner, mode=mode, alpha=alpha, t_max=t_max,
-        samples_per_iteration=samples_per_iteration, iterations=iterations, seed=seed, run_dir=run_dir,
-        port=port, host=host, step_timeout_s=step_timeout_s, learner_wait_s=learner_wait_s,
+        simulators=simulators,
+        learner=learner,
+        mode=mode,
+        alpha=alpha,
+        t_max=t_max,
+        samples_per_iteration=samples_per_iteration,
+        iterations=iterations,
+        seed=seed,
+        run_dir=run_dir,
+        port=port,
+        host=host,
+        step_timeout_s=step_timeout_s,
+        learner_wait_s=learner_wait_s,
     )
     raise typer.Exit(code=_serve(BrokerConfig, ENV_PREFIX, serve, config, overrides))
 
@@ -168,23 +233,58 @@ def _train_default(field: str) -> str:
 
 @app.command("train")
 def train(
-    mode: Annotated[Optional[str], typer.Option(help="sc | autoreset | sgr | ver | fast." + _train_default("mode"))] = None,
-    alpha: Annotated[Optional[float], typer.Option(help="DPSA termination-rate threshold." + _train_default("alpha"))] = None,
+    mode: Annotated[
+        Optional[str], typer.Option(help="sc | autoreset | sgr | ver | fast." + _train_default("mode"))
+    ] = None,
+    alpha: Annotated[
+        Optional[float], typer.Option(help="DPSA termination-rate threshold." + _train_default("alpha"))
+    ] = None,
     t_max: Annotated[Optional[int], typer.Option(help="DPSA round length limit." + _train_default("t_max"))] = None,
-    servers: Annotated[Optional[int], typer.Option(help="Simulator server processes." + _train_default("servers"))] = None,
+    servers: Annotated[
+        Optional[int], typer.Option(help="Simulator server processes." + _train_default("servers"))
+    ] = None,
     slots: Annotated[Optional[int], typer.Option(help="Slots per simulator server." + _train_default("slots"))] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Seed of dealing, sampling, initial weights and evaluation." + _train_default("seed"))] = None,
-    iterations: Annotated[Optional[int], typer.Option(help="Training iterations." + _train_default("iterations"))] = None,
-    samples_per_iteration: Annotated[Optional[int], typer.Option(help="Valid transitions per iteration." + _train_default("samples_per_iteration"))] = None,
-    cost_preset: Annotated[Optional[str], typer.Option(help="Simulator cost model: off | calibrated | parallel | step-only." + _train_default("cost_preset"))] = None,
-    env: Annotated[Optional[str], typer.Option(help="'takeover' or 'gym:<Gymnasium id>'." + _train_default("env"))] = None,
+    seed: Annotated[
+        Optional[int],
+        typer.Option(help="Seed of dealing, sampling, initial weights and evaluation." + _train_default("seed")),
+    ] = None,
+    iterations: Annotated[
+        Optional[int], typer.Option(help="Training iterations." + _train_default("iterations"))
+    ] = None,
+    samples_per_iteration: Annotated[
+        Optional[int], typer.Option(help="Valid transitions per iteration." + _train_default("samples_per_iteration"))
+    ] = None,
+    cost_preset: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Simulator cost model: off | calibrated | parallel | step-only." + _train_default("cost_preset")
+        ),
+    ] = None,
+    env: Annotated[
+        Optional[str], typer.Option(help="'takeover' or 'gym:<Gymnasium id>'." + _train_default("env"))
+    ] = None,
     lr: Annotated[Optional[float], typer.Option(help="Adam learning rate." + _train_default("lr"))] = None,
-    update_epochs: Annotated[Optional[int], typer.Option(help="PPO epochs per iteration." + _train_default("update_epochs"))] = None,
-    eval_episodes_per_clip: Annotated[Optional[int], typer.Option(help="Evaluation episodes per held-out clip; 0 skips it." + _train_default("eval_episodes_per_clip"))] = None,
-    checkpoint_every: Annotated[Optional[int], typer.Option(help="Checkpoint every K policy versions." + _train_default("checkpoint_every"))] = None,
-    keep_checkpoints: Annotated[Optional[int], typer.Option(help="Newest checkpoints kept." + _train_default("keep_checkpoints"))] = None,
-    name: Annotated[Optional[str], typer.Option(help="Run name, the directory under --runs-dir. \\[default: <mode>-<timestamp>]")] = None,
-    runs_dir: Annotated[Optional[Path], typer.Option(help="Where runs are written." + _train_default("runs_dir"))] = None,
+    update_epochs: Annotated[
+        Optional[int], typer.Option(help="PPO epochs per iteration." + _train_default("update_epochs"))
+    ] = None,
+    eval_episodes_per_clip: Annotated[
+        Optional[int],
+        typer.Option(
+            help="Evaluation episodes per held-out clip; 0 skips it." + _train_default("eval_episodes_per_clip")
+        ),
+    ] = None,
+    checkpoint_every: Annotated[
+        Optional[int], typer.Option(help="Checkpoint every K policy versions." + _train_default("checkpoint_every"))
+    ] = None,
+    keep_checkpoints: Annotated[
+        Optional[int], typer.Option(help="Newest checkpoints kept." + _train_default("keep_checkpoints"))
+    ] = None,
+    name: Annotated[
+        Optional[str], typer.Option(help="Run name, the directory under --runs-dir. \\[default: <mode>-<timestamp>]")
+    ] = None,
+    runs_dir: Annotated[
+        Optional[Path], typer.Option(help="Where runs are written." + _train_default("runs_dir"))
+    ] = None,
     config: ConfigFile = None,
 ) -> None:
     """Train on the local stack: K simulator servers, learner and broker as processes; then evaluate and report.
@@ -194,13 +294,27 @@ def train(
     Exits 0 when done, 1 when the run failed, 128+N when stopped by signal N.
     """
     from jobs.train.config import ENV_PREFIX, TrainConfig
-    from jobs.train.orchestrate import TrainError, train as run_training
+    from jobs.train.orchestrate import TrainError
+    from jobs.train.orchestrate import train as run_training
 
     overrides = dict(
-        mode=mode, alpha=alpha, t_max=t_max, servers=servers, slots=slots, seed=seed, iterations=iterations,
-        samples_per_iteration=samples_per_iteration, cost_preset=cost_preset, env=env, lr=lr,
-        update_epochs=update_epochs, eval_episodes_per_clip=eval_episodes_per_clip, checkpoint_every=checkpoint_every,
-        keep_checkpoints=keep_checkpoints, name=name, runs_dir=runs_dir,
+        mode=mode,
+        alpha=alpha,
+        t_max=t_max,
+        servers=servers,
+        slots=slots,
+        seed=seed,
+        iterations=iterations,
+        samples_per_iteration=samples_per_iteration,
+        cost_preset=cost_preset,
+        env=env,
+        lr=lr,
+        update_epochs=update_epochs,
+        eval_episodes_per_clip=eval_episodes_per_clip,
+        checkpoint_every=checkpoint_every,
+        keep_checkpoints=keep_checkpoints,
+        name=name,
+        runs_dir=runs_dir,
     )
     try:
         cfg = resolve_config(TrainConfig, file=config, env_prefix=ENV_PREFIX, overrides=overrides)
@@ -239,19 +353,34 @@ def _csv(value: str, cast, option: str) -> tuple:
 def bench_sampling(
     modes: Annotated[str, typer.Option(help="Sampling modes, comma-separated.")] = ",".join(MODE_NAMES),
     clips: Annotated[str, typer.Option(help="Clip counts (parallel slots), comma-separated.")] = "5,10,20,30",
-    preset: Annotated[str, typer.Option(help="Cost presets, comma-separated (docs/cost_model.md).")] = "calibrated,parallel",
+    preset: Annotated[
+        str, typer.Option(help="Cost presets, comma-separated (docs/cost_model.md).")
+    ] = "calibrated,parallel",
     servers: Annotated[int, typer.Option(min=1, help="Simulator server processes.")] = 2,
     repeats: Annotated[int, typer.Option(min=1, help="Interleaved repeats; medians are reported.")] = 3,
     samples: Annotated[int, typer.Option(min=1, help="Valid transitions per measured iteration.")] = 2048,
     alpha: Annotated[float, typer.Option(help="FAST termination-rate threshold.")] = 0.5,
     t_max: Annotated[int, typer.Option(help="FAST round length limit.")] = 200,
     seed: Annotated[int, typer.Option(help="Seed of clip dealing, actions and the random policy.")] = 0,
-    checkpoint_dir: Annotated[Optional[Path], typer.Option(help="A fast train run's checkpoints/: adds the trained policy.")] = None,
-    gym_reference: Annotated[bool, typer.Option(help="Also measure Gymnasium's AsyncVectorEnv with autoreset (takeover only).")] = True,
-    env: Annotated[str, typer.Option(help="Workload: takeover, or gym:<id> such as gym:highway_env:highway-fast-v0.")] = "takeover",
-    length_samples: Annotated[int, typer.Option(min=0, help="Steady-state episode lengths: valid transitions counted per configuration; 0 skips.")] = 6000,
-    length_warmup_steps: Annotated[int, typer.Option(min=0, help="Steady-state episode lengths: warm-up steps per slot before counting.")] = 600,
-    out: Annotated[Optional[Path], typer.Option(help="Output directory. \\[default: runs/bench-sampling-<timestamp>]")] = None,
+    checkpoint_dir: Annotated[
+        Optional[Path], typer.Option(help="A fast train run's checkpoints/: adds the trained policy.")
+    ] = None,
+    gym_reference: Annotated[
+        bool, typer.Option(help="Also measure Gymnasium's AsyncVectorEnv with autoreset (takeover only).")
+    ] = True,
+    env: Annotated[
+        str, typer.Option(help="Workload: takeover, or gym:<id> such as gym:highway_env:highway-fast-v0.")
+    ] = "takeover",
+    length_samples: Annotated[
+        int,
+        typer.Option(min=0, help="Steady-state episode lengths: valid transitions counted per configuration; 0 skips."),
+    ] = 6000,
+    length_warmup_steps: Annotated[
+        int, typer.Option(min=0, help="Steady-state episode lengths: warm-up steps per slot before counting.")
+    ] = 600,
+    out: Annotated[
+        Optional[Path], typer.Option(help="Output directory. \\[default: runs/bench-sampling-<timestamp>]")
+    ] = None,
 ) -> None:
     """Every sampling mode at every clip count and cost preset, interleaved: JSON, a markdown table, PNG charts."""
     import time as _time
@@ -261,10 +390,20 @@ def bench_sampling(
 
     try:
         cfg = SamplingBenchConfig(
-            modes=_csv(modes, str, "--modes"), clips=_csv(clips, int, "--clips"), presets=_csv(preset, str, "--preset"),
-            servers=servers, repeats=repeats, samples=samples, alpha=alpha, t_max=t_max, seed=seed,
-            checkpoint_dir=checkpoint_dir, gym_reference=gym_reference, env=env,
-            length_samples=length_samples, length_warmup_steps=length_warmup_steps,
+            modes=_csv(modes, str, "--modes"),
+            clips=_csv(clips, int, "--clips"),
+            presets=_csv(preset, str, "--preset"),
+            servers=servers,
+            repeats=repeats,
+            samples=samples,
+            alpha=alpha,
+            t_max=t_max,
+            seed=seed,
+            checkpoint_dir=checkpoint_dir,
+            gym_reference=gym_reference,
+            env=env,
+            length_samples=length_samples,
+            length_warmup_steps=length_warmup_steps,
         )
         out_dir = out or Path("runs") / f"bench-sampling-{_time.strftime('%Y%m%d-%H%M%S')}"
         run(cfg, out_dir)
@@ -273,7 +412,12 @@ def bench_sampling(
     typer.echo(f"results: {out_dir / 'sampling.md'}")
 
 
-@bench_app.command("train")
+# The help text is passed explicitly (not as a docstring) so that it stays one line in `fast bench --help`.
+@bench_app.command(
+    "train",
+    help="Held-out return against wall-clock per mode and seed (one fast train each); "
+    "time to a target return, PNG curves.",
+)
 def bench_train(
     modes: Annotated[str, typer.Option(help="Sampling modes, comma-separated.")] = "sc,sgr,ver,fast",
     clips: Annotated[int, typer.Option(min=1, help="Parallel clips (slots) of every run.")] = 10,
@@ -283,13 +427,20 @@ def bench_train(
     iterations: Annotated[int, typer.Option(min=1, help="Iterations per run.")] = 150,
     samples_per_iteration: Annotated[int, typer.Option(min=1, help="Valid transitions per iteration.")] = 2048,
     update_epochs: Annotated[int, typer.Option(min=1, help="PPO epochs per iteration.")] = 10,
-    checkpoint_every: Annotated[int, typer.Option(min=1, help="Evaluate every K-th policy version on held-out clips.")] = 10,
-    eval_episodes_per_clip: Annotated[int, typer.Option(min=1, help="Held-out episodes per clip at each evaluated version.")] = 2,
+    checkpoint_every: Annotated[
+        int, typer.Option(min=1, help="Evaluate every K-th policy version on held-out clips.")
+    ] = 10,
+    eval_episodes_per_clip: Annotated[
+        int, typer.Option(min=1, help="Held-out episodes per clip at each evaluated version.")
+    ] = 2,
     target_return: Annotated[float, typer.Option(help="Held-out return whose wall-clock is reported.")] = 80.0,
-    out: Annotated[Optional[Path], typer.Option(help="Output directory. \\[default: runs/bench-train-<timestamp>]")] = None,
-    report_only: Annotated[bool, typer.Option(help="Train nothing: recompute the summary and rewrite the report of --out's train.json.")] = False,
+    out: Annotated[
+        Optional[Path], typer.Option(help="Output directory. \\[default: runs/bench-train-<timestamp>]")
+    ] = None,
+    report_only: Annotated[
+        bool, typer.Option(help="Train nothing: recompute the summary and rewrite the report of --out's train.json.")
+    ] = False,
 ) -> None:
-    """Held-out return against wall-clock per mode and seed (one fast train each); time to a target return, PNG curves."""
     import time as _time
 
     from jobs.bench.train import TrainBenchConfig, rewrite_report, run
@@ -304,10 +455,19 @@ def bench_train(
         typer.echo(f"results: {out / 'train.md'}")
         return
     try:
-        cfg = TrainBenchConfig(modes=_csv(modes, str, "--modes"), clips=clips, seeds=seeds, servers=servers, preset=preset,
-                               iterations=iterations, samples_per_iteration=samples_per_iteration,
-                               update_epochs=update_epochs, checkpoint_every=checkpoint_every,
-                               eval_episodes_per_clip=eval_episodes_per_clip, target_return=target_return)
+        cfg = TrainBenchConfig(
+            modes=_csv(modes, str, "--modes"),
+            clips=clips,
+            seeds=seeds,
+            servers=servers,
+            preset=preset,
+            iterations=iterations,
+            samples_per_iteration=samples_per_iteration,
+            update_epochs=update_epochs,
+            checkpoint_every=checkpoint_every,
+            eval_episodes_per_clip=eval_episodes_per_clip,
+            target_return=target_return,
+        )
         out_dir = out or Path("runs") / f"bench-train-{_time.strftime('%Y%m%d-%H%M%S')}"
         run(cfg, out_dir)
     except (ValueError, OSError, RuntimeError) as exc:
@@ -329,7 +489,9 @@ def play(
     env: Annotated[str, typer.Option(help="'takeover' or 'gym:<Gymnasium id>'.")] = "takeover",
     slots: Annotated[int, typer.Option(min=1, help="Slots of the server it starts.")] = 8,
     steps: Annotated[int, typer.Option(min=1, help="Lock-step steps to play.")] = 300,
-    address: Annotated[Optional[str], typer.Option(help="Play against a running server instead of starting one.")] = None,
+    address: Annotated[
+        Optional[str], typer.Option(help="Play against a running server instead of starting one.")
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random policy and the clip order.")] = 0,
 ) -> None:
     """Start a simulator server, drive it over gRPC with a random policy, print episode metrics."""

@@ -29,8 +29,11 @@ async def play(*, env: str, slots: int, steps: int, address: str | None, seed: i
         async with SimulatorClient(address, timeout_s=30.0) as client:
             await client.wait_ready()
             desc = await client.describe()
-            console.print(f"{desc.env_id}: {desc.num_slots} slots, {desc.num_clips} clips, "
-                          f"obs {list(desc.observation_space.shape)}, action {desc.action_space.kind} {list(desc.action_space.shape)}")
+            console.print(
+                f"{desc.env_id}: {desc.num_slots} slots, {desc.num_clips} clips, "
+                f"obs {list(desc.observation_space.shape)}, "
+                f"action {desc.action_space.kind} {list(desc.action_space.shape)}"
+            )
             rng = np.random.default_rng(seed)
             slot_ids = np.arange(desc.num_slots)
             clip_order = rng.permutation(desc.num_clips)
@@ -50,8 +53,10 @@ async def play(*, env: str, slots: int, steps: int, address: str | None, seed: i
     finally:
         if server is not None:
             server.stop()
-    console.print(f"{steps * slot_ids.size} slot-steps in {elapsed:.2f} s ({steps * slot_ids.size / elapsed:,.0f} slot-steps/s), "
-                  f"{len(episodes)} episodes ended")
+    console.print(
+        f"{steps * slot_ids.size} slot-steps in {elapsed:.2f} s ({steps * slot_ids.size / elapsed:,.0f} slot-steps/s), "
+        f"{len(episodes)} episodes ended"
+    )
     if episodes:
         _print_metrics(console, episodes)
 
@@ -61,8 +66,11 @@ def _print_metrics(console: Console, episodes) -> None:
     for col in ("metric", "mean", "min", "max"):
         table.add_column(col, justify="right" if col != "metric" else "left")
     lengths = np.array([e.length for e in episodes], dtype=float)
-    rows = {"length": lengths, "return": np.array([e.episode_return for e in episodes]),
-            "terminated": np.array([float(e.terminated) for e in episodes])}
+    rows = {
+        "length": lengths,
+        "return": np.array([e.episode_return for e in episodes]),
+        "terminated": np.array([float(e.terminated) for e in episodes]),
+    }
     for name in sorted(episodes[0].metrics):
         if name not in ("length", "return", "clip_id"):
             rows[name] = np.array([e.metrics.get(name, np.nan) for e in episodes])

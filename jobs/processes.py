@@ -145,7 +145,9 @@ def stop(child: Launch, timeout_s: float) -> int | None:
         return child.process.poll()
 
 
-def start_service(name: str, args: list[str], *, timeout_s: float = 60.0, env: dict[str, str] | None = None) -> ServiceProcess:
+def start_service(
+    name: str, args: list[str], *, timeout_s: float = 60.0, env: dict[str, str] | None = None
+) -> ServiceProcess:
     """Run `python -m fast <args>` and wait for its listening line; StartupError (stopped) if it never comes."""
     child = launch(name, args, env)
     try:

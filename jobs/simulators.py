@@ -29,14 +29,26 @@ class Workload:
         return f"env {self.env}{extra}, holdout_every {self.holdout_every}"
 
 
-def start_simulators(workload: Workload, servers: int, slots: int,
-                     extra_args: tuple[str, ...] = ()) -> list[ServiceProcess]:
+def start_simulators(
+    workload: Workload, servers: int, slots: int, extra_args: tuple[str, ...] = ()
+) -> list[ServiceProcess]:
     """`servers` sim-server processes serving the workload, started in parallel; all stopped if one fails.
 
     `extra_args`: more `fast sim-server` flags, e.g. ("--cost-preset", "calibrated").
     """
-    args = ["sim-server", "--env", workload.env, "--slots", str(slots), "--host", "127.0.0.1", "--port", "0",
-            *workload.catalog_args, *extra_args]
+    args = [
+        "sim-server",
+        "--env",
+        workload.env,
+        "--slots",
+        str(slots),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        *workload.catalog_args,
+        *extra_args,
+    ]
     with ThreadPoolExecutor(max_workers=servers) as executor:
         futures = [executor.submit(start_service, f"sim-server-{i}", args) for i in range(servers)]
     started, errors = [], []
@@ -53,8 +65,9 @@ def start_simulators(workload: Workload, servers: int, slots: int,
 
 
 @contextmanager
-def simulator_servers(workload: Workload, servers: int, slots: int,
-                      extra_args: tuple[str, ...] = ()) -> Iterator[list[ServiceProcess]]:
+def simulator_servers(
+    workload: Workload, servers: int, slots: int, extra_args: tuple[str, ...] = ()
+) -> Iterator[list[ServiceProcess]]:
     """`start_simulators`, and every server stopped on exit, whatever happened."""
     started = start_simulators(workload, servers, slots, extra_args)
     try:

@@ -162,12 +162,17 @@ def load_latest(directory: Path) -> Checkpoint | None:
             errors.append(str(error))
             continue
         if errors:
-            log.warning("resuming from %s (version %d) after skipping %d unreadable checkpoint(s)",
-                        path, checkpoint.policy_version, len(errors))
+            log.warning(
+                "resuming from %s (version %d) after skipping %d unreadable checkpoint(s)",
+                path,
+                checkpoint.policy_version,
+                len(errors),
+            )
         return checkpoint
     if errors:
         raise CheckpointError(
-            f"no readable checkpoint in {directory}: " + "; ".join(errors)
+            f"no readable checkpoint in {directory}: "
+            + "; ".join(errors)
             + "; move the files away to start afresh at version 0, or point --checkpoint-dir elsewhere"
         )
     return None
@@ -180,8 +185,10 @@ def policy_weights(checkpoint: Checkpoint) -> bytes:
         policy = ActorCritic(checkpoint.observation_space.shape, checkpoint.action_space, checkpoint.hidden_sizes)
         policy.load_state_dict(checkpoint.learner_state["policy"])
     except (KeyError, RuntimeError, ValueError) as error:
-        raise CheckpointError(f"checkpoint {checkpoint.path}: the policy weights do not fit its own spaces and hidden "
-                              f"sizes ({type(error).__name__}: {_first_line(error)})") from None
+        raise CheckpointError(
+            f"checkpoint {checkpoint.path}: the policy weights do not fit its own spaces and hidden "
+            f"sizes ({type(error).__name__}: {_first_line(error)})"
+        ) from None
     return export_weights(policy)
 
 
@@ -194,7 +201,8 @@ def prune_checkpoints(directory: Path, keep: int) -> list[Path]:
     if directory.is_dir():
         own_suffix = f".tmp-{os.getpid()}"
         removed += [
-            path for path in directory.iterdir()
+            path
+            for path in directory.iterdir()
             if path.name.startswith(_TEMP_PREFIX) and ".tmp-" in path.name and not path.name.endswith(own_suffix)
         ]
     for path in removed:

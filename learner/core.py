@@ -183,16 +183,23 @@ class LearnerCore:
             # A version-0 checkpoint records the spaces: a learner restarted before its first
             # K updates is still initialised, with the same weights, and checks the spaces.
             self._write_checkpoint_logged()
-            log.info("initialized: observation %s, action %s, version 0",
-                     describe_space(observation_space), describe_space(action_space))
+            log.info(
+                "initialized: observation %s, action %s, version 0",
+                describe_space(observation_space),
+                describe_space(action_space),
+            )
             return 0, False
 
     def _confirm_spaces(self, observation_space: SpaceSpec, action_space: SpaceSpec) -> tuple[int, bool]:
         assert self._spaces is not None
         have_obs, have_act = self._spaces
         mismatches = [
-            text for text in (space_mismatch("observation_space", have_obs, observation_space),
-                              space_mismatch("action_space", have_act, action_space)) if text
+            text
+            for text in (
+                space_mismatch("observation_space", have_obs, observation_space),
+                space_mismatch("action_space", have_act, action_space),
+            )
+            if text
         ]
         if not mismatches:
             return self._version, True
@@ -272,8 +279,10 @@ class LearnerCore:
         try:
             batch.validate(obs_shape=tuple(observation_space.shape), action_shape=action_shape)
         except ValueError as error:
-            raise invalid_argument(f"{error} (spaces: observation {describe_space(observation_space)}, "
-                                   f"action {describe_space(action_space)})") from None
+            raise invalid_argument(
+                f"{error} (spaces: observation {describe_space(observation_space)}, "
+                f"action {describe_space(action_space)})"
+            ) from None
         if action_space.kind == "box" and not batch.actions.is_floating_point():
             raise invalid_argument(
                 f"RolloutBatch.actions: the action space is {describe_space(action_space)}, so actions must be "
@@ -339,8 +348,12 @@ class LearnerCore:
         except Exception as error:
             raise CheckpointError(f"checkpoint {checkpoint.path}: {error}") from None
         if checkpoint.hidden_sizes != self._hidden_sizes:
-            log.warning("checkpoint %s has hidden sizes %s, the config %s; using the checkpoint's (its weights "
-                        "fit only those)", checkpoint.path, list(checkpoint.hidden_sizes), list(self._hidden_sizes))
+            log.warning(
+                "checkpoint %s has hidden sizes %s, the config %s; using the checkpoint's (its weights fit only those)",
+                checkpoint.path,
+                list(checkpoint.hidden_sizes),
+                list(self._hidden_sizes),
+            )
         policy = ActorCritic(tuple(checkpoint.observation_space.shape), action_spec, checkpoint.hidden_sizes)
         learner = PPOLearner(policy, self.ppo_config, device=self.device)
         try:

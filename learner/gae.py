@@ -29,14 +29,16 @@ def masked_gae(
     NaN or huge: they are only ever dropped by `torch.where`, never multiplied by the mask
     (NaN * 0 is NaN). Advantages are targets, not differentiated through (no_grad).
     """
-    _check_inputs({
-        "rewards": rewards,
-        "values": values,
-        "terminated": terminated,
-        "truncated": truncated,
-        "bootstrap_values": bootstrap_values,
-        "valid_mask": valid_mask,
-    })
+    _check_inputs(
+        {
+            "rewards": rewards,
+            "values": values,
+            "terminated": terminated,
+            "truncated": truncated,
+            "bootstrap_values": bootstrap_values,
+            "valid_mask": valid_mask,
+        }
+    )
     num_steps = rewards.shape[0]
     zeros = torch.zeros_like(values[0])
     advantages = torch.zeros_like(values)

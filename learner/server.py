@@ -29,7 +29,9 @@ async def create_server(
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     servicer = LearnerServicer(core)
     return await start_server(
-        address, SERVICE_NAME, lambda server: pb_grpc.add_LearnerServicer_to_server(servicer, server),
+        address,
+        SERVICE_NAME,
+        lambda server: pb_grpc.add_LearnerServicer_to_server(servicer, server),
         max_message_bytes=max_message_bytes,
     )
 
@@ -43,9 +45,12 @@ async def serve(config: LearnerConfig) -> None:
     address = f"{config.host}:{config.port}"
     server, port, health_servicer = await create_server(core, address, max_message_bytes=config.max_message_bytes)
     # Tests and `fast train` read the bound address from this line.
-    print(f"fast learner listening on {display_address(config.host, port)} device={core.device_name} "
-          f"version={core.policy_version} initialized={str(core.initialized).lower()} "
-          f"checkpoint_dir={config.checkpoint_dir}", flush=True)
+    print(
+        f"fast learner listening on {display_address(config.host, port)} device={core.device_name} "
+        f"version={core.policy_version} initialized={str(core.initialized).lower()} "
+        f"checkpoint_dir={config.checkpoint_dir}",
+        flush=True,
+    )
 
     await run_until_signal("fast learner", server, health_servicer, config.grace_s)
     final = await core.close()

@@ -25,27 +25,47 @@ from fast.v1 import learner_pb2 as pb
 
 # Tensor fields of fast.v1.RolloutBatch, in proto order; the names are learner.batch.RolloutBatch's.
 BATCH_TENSOR_FIELDS = (
-    "obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated", "valid_mask", "bootstrap_values",
+    "obs",
+    "actions",
+    "logprobs",
+    "values",
+    "rewards",
+    "terminated",
+    "truncated",
+    "valid_mask",
+    "bootstrap_values",
 )
 # Fields of fast.v1.UpdateStats, in proto order.
 STATS_FIELDS = (
-    "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "grad_norm",
-    "update_time_s", "num_valid", "num_total",
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "approx_kl",
+    "clip_fraction",
+    "explained_variance",
+    "grad_norm",
+    "update_time_s",
+    "num_valid",
+    "num_total",
 )
 
 
 # -- the batch ---------------------------------------------------------------------------------
+
 
 def batch_to_proto(arrays: Mapping[str, Any], policy_version: int) -> pb.RolloutBatch:
     """Encode the nine RolloutBatch arrays (sent with their dtypes as given; the learner validates)."""
     extra = set(arrays) - set(BATCH_TENSOR_FIELDS) - {"policy_version"}
     missing = [name for name in BATCH_TENSOR_FIELDS if name not in arrays]
     if missing or extra:
-        raise ValueError(f"submit: arrays must hold exactly {list(BATCH_TENSOR_FIELDS)}; missing {missing}, "
-                         f"unknown {sorted(extra)}")
+        raise ValueError(
+            f"submit: arrays must hold exactly {list(BATCH_TENSOR_FIELDS)}; missing {missing}, unknown {sorted(extra)}"
+        )
     if "policy_version" in arrays and int(arrays["policy_version"]) != policy_version:
-        raise ValueError(f"submit: arrays['policy_version']={arrays['policy_version']} disagrees with "
-                         f"policy_version={policy_version}")
+        raise ValueError(
+            f"submit: arrays['policy_version']={arrays['policy_version']} disagrees with "
+            f"policy_version={policy_version}"
+        )
     return pb.RolloutBatch(
         policy_version=policy_version,
         **{name: tensor.to_proto(np.asarray(arrays[name])) for name in BATCH_TENSOR_FIELDS},
@@ -71,6 +91,7 @@ def batch_arrays_from_proto(message: pb.RolloutBatch) -> dict[str, Any]:
 
 # -- the update statistics ---------------------------------------------------------------------
 
+
 def stats_to_proto(stats: Mapping[str, float]) -> pb.UpdateStats:
     return pb.UpdateStats(**{name: stats[name] for name in STATS_FIELDS if name in stats})
 
@@ -80,6 +101,7 @@ def stats_from_proto(message: pb.UpdateStats) -> dict[str, float]:
 
 
 # -- the policy and the status -----------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Policy:

@@ -74,7 +74,9 @@ class SimulatorClient(RpcClient):
 
     async def reset(self, slot_ids, clip_ids, seeds=()) -> tuple[np.ndarray, pb.ServerTiming]:
         r = await self._stub.Reset(
-            pb.ResetRequest(slot_ids=list(map(int, slot_ids)), clip_ids=list(map(int, clip_ids)), seeds=list(map(int, seeds))),
+            pb.ResetRequest(
+                slot_ids=list(map(int, slot_ids)), clip_ids=list(map(int, clip_ids)), seeds=list(map(int, seeds))
+            ),
             timeout=self.timeout_s,
         )
         return tensor.from_proto(r.observations, field="observations"), r.timing
@@ -99,7 +101,9 @@ class StepStream:
     async def step(self, slot_ids, actions: np.ndarray) -> StepReply:
         self._next_id += 1
         await self._call.write(
-            pb.StepRequest(slot_ids=list(map(int, slot_ids)), actions=tensor.to_proto(actions), request_id=self._next_id)
+            pb.StepRequest(
+                slot_ids=list(map(int, slot_ids)), actions=tensor.to_proto(actions), request_id=self._next_id
+            )
         )
         response = await self._call.read()
         if response is grpc.aio.EOF:

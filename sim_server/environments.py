@@ -20,7 +20,9 @@ def check_env_spec(spec: str) -> str:
 EnvSpec = Annotated[str, AfterValidator(check_env_spec)]
 
 
-def make_env(spec: str, num_slots: int, *, seed: int = 0, num_clips: int | None = None, env_kwargs: dict[str, Any] | None = None) -> SlotEnv:
+def make_env(
+    spec: str, num_slots: int, *, seed: int = 0, num_clips: int | None = None, env_kwargs: dict[str, Any] | None = None
+) -> SlotEnv:
     """`takeover` (the built-in driving workload) or `gym:<id>` (any Gymnasium env)."""
     kwargs = dict(env_kwargs or {})
     if spec == "takeover":
@@ -31,4 +33,6 @@ def make_env(spec: str, num_slots: int, *, seed: int = 0, num_clips: int | None 
         from sim_server.gym_adapter import GymSlotEnv
 
         return GymSlotEnv(spec[4:], num_slots=num_slots, num_clips=num_clips or 1000, **kwargs)
-    raise ValueError(f"env {spec!r} is unknown; use 'takeover' or 'gym:<registered Gymnasium id>' (e.g. gym:CartPole-v1)")
+    raise ValueError(
+        f"env {spec!r} is unknown; use 'takeover' or 'gym:<registered Gymnasium id>' (e.g. gym:CartPole-v1)"
+    )

@@ -73,7 +73,11 @@ class GymSlotEnv:
             self._lengths[slot] += 1
             ended = terminated[j] or truncated[j]
             metrics.append(
-                {"length": float(self._lengths[slot]), "return": float(self._returns[slot]), "clip_id": float(self._clips[slot])}
+                {
+                    "length": float(self._lengths[slot]),
+                    "return": float(self._returns[slot]),
+                    "clip_id": float(self._clips[slot]),
+                }
                 if ended
                 else None
             )

@@ -7,7 +7,6 @@ in-flight calls for `grace_s` and returns (the process exits 0).
 
 from __future__ import annotations
 
-
 import grpc
 from grpc_health.v1 import health
 
@@ -34,7 +33,9 @@ async def create_server(
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     servicer = SimulatorServicer(simulator, env_id)
     return await start_server(
-        address, SERVICE_NAME, lambda server: pb_grpc.add_SimulatorServicer_to_server(servicer, server),
+        address,
+        SERVICE_NAME,
+        lambda server: pb_grpc.add_SimulatorServicer_to_server(servicer, server),
         max_message_bytes=max_message_bytes,
     )
 
@@ -46,8 +47,11 @@ async def serve(config: SimServerConfig) -> None:
         simulator, address, env_id=config.env, max_message_bytes=config.max_message_bytes
     )
     # Tests and `fast train` read the bound address from this line.
-    print(f"fast sim-server listening on {display_address(config.host, port)} env={config.env} slots={config.slots} "
-          f"cost={simulator.cost_model.config.preset}", flush=True)
+    print(
+        f"fast sim-server listening on {display_address(config.host, port)} env={config.env} slots={config.slots} "
+        f"cost={simulator.cost_model.config.preset}",
+        flush=True,
+    )
 
     await run_until_signal("fast sim-server", server, health_servicer, config.grace_s)
     close = getattr(simulator.env, "close", None)

@@ -17,9 +17,9 @@ import numpy as np
 
 import fast
 from fast import tensor
+from fast.spaces import space_to_proto
 from fast.v1 import simulator_pb2 as pb
 from fast.v1 import simulator_pb2_grpc as pb_grpc
-from fast.spaces import space_to_proto
 from sim_server.errors import ErrorKind, SimError
 from sim_server.simulator import CallTiming, Simulator, StepOutcome
 
@@ -45,7 +45,9 @@ class SimulatorServicer(pb_grpc.SimulatorServicer):
         self.sim = simulator
         self.env_id = env_id
 
-    async def _run(self, call: Awaitable[T], context: grpc.aio.ServicerContext, *, cancel_at_deadline: bool = False) -> T:
+    async def _run(
+        self, call: Awaitable[T], context: grpc.aio.ServicerContext, *, cancel_at_deadline: bool = False
+    ) -> T:
         """Await a domain call, mapping domain errors to statuses; optionally cancel it at the deadline."""
         try:
             remaining = context.time_remaining() if cancel_at_deadline else None
@@ -55,7 +57,9 @@ class SimulatorServicer(pb_grpc.SimulatorServicer):
         except tensor.TensorError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except asyncio.TimeoutError:
-            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed before it finished; no slot was changed")
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed before it finished; no slot was changed"
+            )
         raise AssertionError("unreachable: context.abort raises")
 
     async def Describe(self, request: pb.DescribeRequest, context) -> pb.DescribeResponse:
@@ -124,7 +128,9 @@ class SimulatorServicer(pb_grpc.SimulatorServicer):
         await self._refuse_if_too_late(context)
         return await self._run(self._step(request), context)
 
-    async def StepStream(self, request_iterator: AsyncIterator[pb.StepRequest], context) -> AsyncIterator[pb.StepResponse]:
+    async def StepStream(
+        self, request_iterator: AsyncIterator[pb.StepRequest], context
+    ) -> AsyncIterator[pb.StepResponse]:
         async for request in request_iterator:
             await self._refuse_if_too_late(context)
             yield await self._run(self._step(request), context)

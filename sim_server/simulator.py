@@ -71,7 +71,9 @@ class Simulator:
             )
         self._busy[slot_ids] = True
 
-    async def reset(self, slot_ids: np.ndarray, clip_ids: np.ndarray, seeds: np.ndarray) -> tuple[np.ndarray, CallTiming]:
+    async def reset(
+        self, slot_ids: np.ndarray, clip_ids: np.ndarray, seeds: np.ndarray
+    ) -> tuple[np.ndarray, CallTiming]:
         validation.check_reset(slot_ids, clip_ids, seeds, self.env.num_slots, self.env.num_clips)
         if seeds.size == 0:
             seeds = np.zeros(slot_ids.size, dtype=np.int64)

@@ -42,7 +42,8 @@ def check_reset(slot_ids: np.ndarray, clip_ids: np.ndarray, seeds: np.ndarray, n
         j = int(bad[0])
         raise SimError(
             ErrorKind.NOT_FOUND,
-            f"slot {int(slot_ids[j])}: clip {int(clip_ids[j])} does not exist; the catalog has clips 0..{num_clips - 1}",
+            f"slot {int(slot_ids[j])}: clip {int(clip_ids[j])} does not exist; "
+            f"the catalog has clips 0..{num_clips - 1}",
         )
 
 

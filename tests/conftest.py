@@ -10,8 +10,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from jobs.processes import ServiceProcess, start_service
 from fast.v1 import simulator_pb2_grpc as pb_grpc
+from jobs.processes import ServiceProcess, start_service
 
 
 @contextmanager

@@ -19,8 +19,12 @@ class ScriptedLengthEnv:
         self.num_clips = num_clips
         self.lengths = np.array(lengths)
         self.truncating = set(truncating)
-        self.observation_space = SpaceSpec("box", (3,), np.dtype(np.float32), np.full(3, -1e6, np.float32), np.full(3, 1e6, np.float32))
-        self.action_space = SpaceSpec("box", (1,), np.dtype(np.float32), np.full(1, -1, np.float32), np.full(1, 1, np.float32))
+        self.observation_space = SpaceSpec(
+            "box", (3,), np.dtype(np.float32), np.full(3, -1e6, np.float32), np.full(3, 1e6, np.float32)
+        )
+        self.action_space = SpaceSpec(
+            "box", (1,), np.dtype(np.float32), np.full(1, -1, np.float32), np.full(1, 1, np.float32)
+        )
         self.t = np.zeros(self.num_slots, dtype=np.int64)
         self.clip = np.zeros(self.num_slots, dtype=np.int64)
         self.reset_calls: list[list[int]] = []  # slot ids of every reset call, in order

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.bench.learning_curve import time_to_target, version_clock
 from jobs.bench.harness import SamplingBenchConfig, spread_slots
+from jobs.bench.learning_curve import time_to_target, version_clock
 from jobs.bench.sampling import Measurement, aggregate
 from jobs.bench.train import TrainBenchConfig, summarize, training_curve
 
@@ -22,9 +22,26 @@ def _fast(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 def test_bench_sampling_tiny_writes_json_table_and_charts(tmp_path: Path) -> None:
     out = tmp_path / "bench"
-    done = _fast("bench", "sampling", "--modes", "sc,autoreset,sgr,ver,fast", "--clips", "2,4", "--preset", "off",
-                 "--repeats", "1", "--samples", "64", "--length-samples", "300", "--length-warmup-steps", "20",
-                 "--out", str(out))
+    done = _fast(
+        "bench",
+        "sampling",
+        "--modes",
+        "sc,autoreset,sgr,ver,fast",
+        "--clips",
+        "2,4",
+        "--preset",
+        "off",
+        "--repeats",
+        "1",
+        "--samples",
+        "64",
+        "--length-samples",
+        "300",
+        "--length-warmup-steps",
+        "20",
+        "--out",
+        str(out),
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((out / "sampling.json").read_text())
     rows = {(r["mode"], r["clips"]): r for r in result["rows"]}
@@ -32,7 +49,9 @@ def test_bench_sampling_tiny_writes_json_table_and_charts(tmp_path: Path) -> Non
     assert rows[("sc", 1)]["speedup_vs_sc"] == 1.0
     for row in rows.values():
         assert row["effective_throughput"] > 0 and 0 < row["validity"] <= 1 and 0 < row["time_efficiency"] <= 1
-    assert rows[("sgr", 4)]["global_resets_per_1k_valid"] > 0 and rows[("autoreset", 4)]["global_resets_per_1k_valid"] == 0
+    assert (
+        rows[("sgr", 4)]["global_resets_per_1k_valid"] > 0 and rows[("autoreset", 4)]["global_resets_per_1k_valid"] == 0
+    )
     table = (out / "sampling.md").read_text()
     assert "## preset `off`, policy `random`" in table and "| fast | 4 |" in table and "| gym-async | 4 |" in table
     assert "emulated" in table and "Workload `takeover`" in table
@@ -49,20 +68,44 @@ def test_bench_sampling_tiny_writes_json_table_and_charts(tmp_path: Path) -> Non
 
 def test_bench_sampling_bad_options_exit_2_with_the_fix(tmp_path: Path) -> None:
     done = _fast("bench", "sampling", "--modes", "fast,turbo", "--out", str(tmp_path / "x"), timeout=60)
-    assert done.returncode == 2 and "modes ['turbo'] are unknown; use some of sc, autoreset, sgr, ver, fast" in done.stderr
+    assert (
+        done.returncode == 2 and "modes ['turbo'] are unknown; use some of sc, autoreset, sgr, ver, fast" in done.stderr
+    )
     done = _fast("bench", "sampling", "--preset", "warp", "--out", str(tmp_path / "x"), timeout=60)
     assert done.returncode == 2 and "presets ['warp'] are unknown" in done.stderr
 
 
 def test_aggregate_medians_and_speedups() -> None:
     def m(mode, clips, repeat, eff, length):
-        return Measurement("p", "random", mode, clips, repeat, {
-            "sampling_time_s": 1.0, "raw_throughput": eff, "validity": 1.0, "time_efficiency": 0.5,
-            "effective_throughput": eff, "episode_length_mean": length, "global_resets_per_1k_valid": 0.0,
-            "slot_resets_per_1k_valid": 1.0, "episode_lengths": [int(length)],
-        })
-    rows = aggregate([m("sc", 1, 0, 100, 30), m("sc", 1, 1, 300, 30), m("sc", 1, 2, 200, 30),
-                      m("fast", 10, 0, 900, 33), m("fast", 10, 1, 800, 33), m("fast", 10, 2, 1000, 33)])
+        return Measurement(
+            "p",
+            "random",
+            mode,
+            clips,
+            repeat,
+            {
+                "sampling_time_s": 1.0,
+                "raw_throughput": eff,
+                "validity": 1.0,
+                "time_efficiency": 0.5,
+                "effective_throughput": eff,
+                "episode_length_mean": length,
+                "global_resets_per_1k_valid": 0.0,
+                "slot_resets_per_1k_valid": 1.0,
+                "episode_lengths": [int(length)],
+            },
+        )
+
+    rows = aggregate(
+        [
+            m("sc", 1, 0, 100, 30),
+            m("sc", 1, 1, 300, 30),
+            m("sc", 1, 2, 200, 30),
+            m("fast", 10, 0, 900, 33),
+            m("fast", 10, 1, 800, 33),
+            m("fast", 10, 2, 1000, 33),
+        ]
+    )
     fast = next(r for r in rows if r["mode"] == "fast")
     assert fast["effective_throughput"] == 900 and fast["speedup_vs_sc"] == 4.5
     assert fast["episode_length_vs_sc"] == pytest.approx(1.1) and fast["repeats"] == 3
@@ -71,7 +114,9 @@ def test_aggregate_medians_and_speedups() -> None:
 def test_length_row_counts_cut_episodes_with_their_share() -> None:
     from jobs.bench.episode_length import length_row
 
-    row = length_row("random", "fast", 10, {"episode_lengths": [10, 20, 30, 40], "episode_ends": {"terminated": 3, "cut": 1}})
+    row = length_row(
+        "random", "fast", 10, {"episode_lengths": [10, 20, 30, 40], "episode_ends": {"terminated": 3, "cut": 1}}
+    )
     assert row["mean"] == 25.0 and row["cut_share"] == 0.25 and row["episodes"] == 4
     assert row["p10_p50_p90"] == pytest.approx([13.0, 25.0, 37.0])
     empty = length_row("random", "sc", 1, {})
@@ -99,8 +144,10 @@ def test_config_refuses_bad_clip_counts() -> None:
 
 
 def test_training_curve_smooths_and_carries_iterations_without_episodes(tmp_path: Path) -> None:
-    lines = [{"time": 10.0 + 2 * i, "iteration_time_s": 2.0, "episode_return_mean": r}
-             for i, r in enumerate([1.0, float("nan"), 3.0, 10.0, 12.0])]
+    lines = [
+        {"time": 10.0 + 2 * i, "iteration_time_s": 2.0, "episode_return_mean": r}
+        for i, r in enumerate([1.0, float("nan"), 3.0, 10.0, 12.0])
+    ]
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     t, smoothed = training_curve(path, smooth=2)
@@ -110,34 +157,64 @@ def test_training_curve_smooths_and_carries_iterations_without_episodes(tmp_path
 
 def test_version_clock_places_version_v_at_the_end_of_iteration_v(tmp_path: Path) -> None:
     # Iteration i samples with version i - 1; its update makes version i.
-    lines = [{"iteration": i + 1, "policy_version": i, "time": 103.0 + 3 * i, "iteration_time_s": 3.0,
-              "valid_transitions": 100 + i} for i in range(3)]
+    lines = [
+        {
+            "iteration": i + 1,
+            "policy_version": i,
+            "time": 103.0 + 3 * i,
+            "iteration_time_s": 3.0,
+            "valid_transitions": 100 + i,
+        }
+        for i in range(3)
+    ]
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     assert version_clock(path) == {0: (0.0, 0), 1: (3.0, 100), 2: (6.0, 201), 3: (9.0, 303)}
 
 
 def test_time_to_target_is_the_first_point_at_or_above_it() -> None:
-    points = [{"time_s": 0.0, "transitions": 0, "return_mean": 48.0}, {"time_s": 5.0, "transitions": 10, "return_mean": 71.0},
-              {"time_s": 9.0, "transitions": 20, "return_mean": 65.0}, {"time_s": 12.0, "transitions": 30, "return_mean": 80.0}]
+    points = [
+        {"time_s": 0.0, "transitions": 0, "return_mean": 48.0},
+        {"time_s": 5.0, "transitions": 10, "return_mean": 71.0},
+        {"time_s": 9.0, "transitions": 20, "return_mean": 65.0},
+        {"time_s": 12.0, "transitions": 30, "return_mean": 80.0},
+    ]
     assert time_to_target(points, 70.0) == (5.0, 10)
     assert time_to_target(points, 75.0) == (12.0, 30)
     assert time_to_target(points, 90.0) is None
 
 
 def _record(mode: str, seed: int, reached: bool, training_s: float, reached_at: float | None = None) -> dict:
-    curve = [{"version": 0, "time_s": 0.0, "transitions": 0, "return_mean": 48.0},
-             {"version": 10, "time_s": training_s, "transitions": 1000, "return_mean": 75.0 if reached else 60.0}]
-    return {"mode": mode, "seed": seed, "time_to_target_s": (reached_at or training_s) if reached else None,
-            "transitions_to_target": 1000 if reached else None, "training_s": training_s,
-            "initial_return": 48.0, "final_return": curve[-1]["return_mean"], "eval_curve": curve}
+    curve = [
+        {"version": 0, "time_s": 0.0, "transitions": 0, "return_mean": 48.0},
+        {"version": 10, "time_s": training_s, "transitions": 1000, "return_mean": 75.0 if reached else 60.0},
+    ]
+    return {
+        "mode": mode,
+        "seed": seed,
+        "time_to_target_s": (reached_at or training_s) if reached else None,
+        "transitions_to_target": 1000 if reached else None,
+        "training_s": training_s,
+        "initial_return": 48.0,
+        "final_return": curve[-1]["return_mean"],
+        "eval_curve": curve,
+    }
 
 
 def test_summary_censors_runs_that_never_reached_the_target_at_their_training_time() -> None:
     config = TrainBenchConfig(modes=("sc", "fast"), seeds=2)
-    rows = {row["mode"]: row for row in summarize(
-        [_record("sc", 0, True, 100.0), _record("sc", 1, True, 120.0),
-         _record("fast", 0, True, 40.0), _record("fast", 1, False, 50.0)], config)}
+    rows = {
+        row["mode"]: row
+        for row in summarize(
+            [
+                _record("sc", 0, True, 100.0),
+                _record("sc", 1, True, 120.0),
+                _record("fast", 0, True, 40.0),
+                _record("fast", 1, False, 50.0),
+            ],
+            config,
+        )
+    }
     assert rows["sc"]["time_to_target_median_s"] == 110.0 and rows["sc"]["time_to_target_exact"]
     assert rows["sc"]["speedup_to_target_vs_sc"] == 1.0
     # fast: one run at 40 s, one not there by its end at 50 s: more than 45 s, no speedup claimed.
@@ -146,18 +223,50 @@ def test_summary_censors_runs_that_never_reached_the_target_at_their_training_ti
     assert rows["fast"]["speedup_training_vs_sc"] == pytest.approx(110.0 / 45.0)
 
     # SC never got there in 100 and 120 s; fast did at 30 and 40 s: a speedup of at least 110 / 35.
-    rows = {row["mode"]: row for row in summarize(
-        [_record("sc", 0, False, 100.0), _record("sc", 1, False, 120.0),
-         _record("fast", 0, True, 45.0, reached_at=30.0), _record("fast", 1, True, 45.0, reached_at=40.0)], config)}
+    rows = {
+        row["mode"]: row
+        for row in summarize(
+            [
+                _record("sc", 0, False, 100.0),
+                _record("sc", 1, False, 120.0),
+                _record("fast", 0, True, 45.0, reached_at=30.0),
+                _record("fast", 1, True, 45.0, reached_at=40.0),
+            ],
+            config,
+        )
+    }
     assert rows["fast"]["speedup_to_target_vs_sc"] == pytest.approx(110.0 / 35.0)
     assert rows["fast"]["speedup_to_target_is_lower_bound"] and not rows["sc"]["speedup_to_target_is_lower_bound"]
 
 
 def test_bench_train_tiny_runs_fast_train_per_mode_and_seed_and_evaluates_checkpoints(tmp_path: Path) -> None:
     out = tmp_path / "bench-train"
-    done = _fast("bench", "train", "--modes", "sc,fast", "--seeds", "1", "--iterations", "4", "--samples-per-iteration", "64",
-                 "--update-epochs", "1", "--clips", "4", "--preset", "off", "--checkpoint-every", "2",
-                 "--eval-episodes-per-clip", "1", "--target-return", "-1000", "--out", str(out))
+    done = _fast(
+        "bench",
+        "train",
+        "--modes",
+        "sc,fast",
+        "--seeds",
+        "1",
+        "--iterations",
+        "4",
+        "--samples-per-iteration",
+        "64",
+        "--update-epochs",
+        "1",
+        "--clips",
+        "4",
+        "--preset",
+        "off",
+        "--checkpoint-every",
+        "2",
+        "--eval-episodes-per-clip",
+        "1",
+        "--target-return",
+        "-1000",
+        "--out",
+        str(out),
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((out / "train.json").read_text())
     assert [(r["mode"], r["seed"]) for r in result["runs"]] == [("sc", 0), ("fast", 0)]
@@ -184,8 +293,27 @@ def test_bench_train_tiny_runs_fast_train_per_mode_and_seed_and_evaluates_checkp
 
 def test_bench_sampling_serves_a_gymnasium_env(tmp_path: Path) -> None:
     out = tmp_path / "bench-gym"
-    done = _fast("bench", "sampling", "--env", "gym:CartPole-v1", "--modes", "sc,fast", "--clips", "2", "--preset", "off",
-                 "--repeats", "1", "--samples", "64", "--no-gym-reference", "--length-samples", "0", "--out", str(out))
+    done = _fast(
+        "bench",
+        "sampling",
+        "--env",
+        "gym:CartPole-v1",
+        "--modes",
+        "sc,fast",
+        "--clips",
+        "2",
+        "--preset",
+        "off",
+        "--repeats",
+        "1",
+        "--samples",
+        "64",
+        "--no-gym-reference",
+        "--length-samples",
+        "0",
+        "--out",
+        str(out),
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {(r["mode"], r["clips"]) for r in json.loads((out / "sampling.json").read_text())["rows"]}
     assert rows == {("sc", 1), ("fast", 2)} and "Workload `gym:CartPole-v1`" in (out / "sampling.md").read_text()
@@ -198,8 +326,11 @@ def test_report_only_refuses_a_file_that_is_no_finished_benchmark_and_leaves_it(
 
     with pytest.raises(ValueError, match="does not exist; pass the --out of a finished"):
         rewrite_report(tmp_path)
-    for text, fault in (("{", "JSONDecodeError"), ('{"config": {}}', "KeyError: 'runs'"),
-                        ('{"config": {"bogus": 1}, "runs": []}', "TypeError")):
+    for text, fault in (
+        ("{", "JSONDecodeError"),
+        ('{"config": {}}', "KeyError: 'runs'"),
+        ('{"config": {"bogus": 1}, "runs": []}', "TypeError"),
+    ):
         (tmp_path / "train.json").write_text(text)
         with pytest.raises(ValueError, match=f"is not the train.json of a finished .*{fault}"):
             rewrite_report(tmp_path)

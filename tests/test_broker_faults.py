@@ -17,8 +17,8 @@ from broker.dealer import ClipDealer
 from broker.policy_runner import PolicyRunner
 from broker.pool import PoolTimeouts, SimulatorPool
 from broker.samplers import make_sampler
-from jobs.processes import start_service
 from fast.v1 import broker_pb2, broker_pb2_grpc
+from jobs.processes import start_service
 from learner.batch import RolloutBatch
 from learner.policy import ActorCritic
 from learner.ppo import PPOConfig, PPOLearner
@@ -48,15 +48,26 @@ def test_killed_simulator_masks_its_slots_and_is_readmitted() -> None:
     b = start_service("sim-b", [*sim_args, "--port", "0"])
     restarted = []
     try:
+
         async def go():
             # Kills server b just before the 3rd lock-step Step: mid-round, while its slots act.
-            pool = FaultAtStep(PoolTimeouts(step_s=2.0, reset_s=5.0, describe_s=1.0, backoff_initial_s=0.1, backoff_max_s=0.3),
-                               at_step=3, fault=b.kill)
+            pool = FaultAtStep(
+                PoolTimeouts(step_s=2.0, reset_s=5.0, describe_s=1.0, backoff_initial_s=0.1, backoff_max_s=0.3),
+                at_step=3,
+                fault=b.kill,
+            )
             await pool.add(a.address)
             await pool.add(b.address)
             runner = PolicyRunner(pool.observation_space, pool.action_space, (16,), seed=0)
-            sampler = make_sampler("fast", pool, runner, ClipDealer(pool.num_clips, holdout_every=10, seed=0),
-                                   samples_per_iteration=400, alpha=1.0, t_max=30)
+            sampler = make_sampler(
+                "fast",
+                pool,
+                runner,
+                ClipDealer(pool.num_clips, holdout_every=10, seed=0),
+                samples_per_iteration=400,
+                alpha=1.0,
+                t_max=30,
+            )
             first = await sampler.sample()
             restarted.append(start_service("sim-b2", [*sim_args, "--port", _port(b.address)]))
             await asyncio.sleep(0.5)  # past b's backoff
@@ -105,6 +116,7 @@ def test_restarted_simulator_is_readmitted_on_the_first_attempt() -> None:
     sim = start_service("sim", ["sim-server", "--slots", "2", "--port", "0"])
     restarted = None
     try:
+
         async def go() -> tuple[list[bool], int]:
             nonlocal restarted
             pool = SimulatorPool(PoolTimeouts(step_s=2.0, describe_s=2.0, backoff_initial_s=0.05, backoff_max_s=0.1))
@@ -132,15 +144,45 @@ def test_restarted_simulator_is_readmitted_on_the_first_attempt() -> None:
 
 def test_killed_learner_resumes_from_checkpoint_and_broker_continues(tmp_path) -> None:
     sims = [start_service(f"sim-{i}", ["sim-server", "--slots", "2", "--port", "0"]) for i in range(2)]
-    learner_args = ["learner", "--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-every", "1",
-                    "--update-epochs", "1", "--num-minibatches", "2"]
+    learner_args = [
+        "learner",
+        "--checkpoint-dir",
+        str(tmp_path / "ckpt"),
+        "--checkpoint-every",
+        "1",
+        "--update-epochs",
+        "1",
+        "--num-minibatches",
+        "2",
+    ]
     learner = start_service("learner", [*learner_args, "--port", "0"])
     learner2 = None
     broker = subprocess.Popen(
-        [sys.executable, "-m", "fast", "broker", "--simulators", ",".join(s.address for s in sims), "--learner", learner.address,
-         "--mode", "fast", "--iterations", "6", "--samples-per-iteration", "128", "--run-dir", str(tmp_path / "run"),
-         "--learner-wait-s", "60", "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "fast",
+            "broker",
+            "--simulators",
+            ",".join(s.address for s in sims),
+            "--learner",
+            learner.address,
+            "--mode",
+            "fast",
+            "--iterations",
+            "6",
+            "--samples-per-iteration",
+            "128",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--learner-wait-s",
+            "60",
+            "--port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         address = None
@@ -165,12 +207,14 @@ def test_killed_learner_resumes_from_checkpoint_and_broker_continues(tmp_path) -
     finally:
         if broker.poll() is None:
             broker.kill()
-        for service in [*sims, learner, *( [learner2] if learner2 else [])]:
+        for service in [*sims, learner, *([learner2] if learner2 else [])]:
             service.stop()
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["iteration"] for m in lines] == [1, 2, 3, 4, 5, 6]
     versions = [m["policy_version"] for m in lines]
-    assert versions == sorted(versions) and versions[-1] >= resumed_version  # the version continued, never restarted at 0
+    assert (
+        versions == sorted(versions) and versions[-1] >= resumed_version
+    )  # the version continued, never restarted at 0
     assert all(np.isfinite(m["learner"]["policy_loss"]) for m in lines)
 
 
@@ -181,15 +225,25 @@ def test_stalled_simulator_times_out_and_is_readmitted_when_it_resumes() -> None
     sim_args = ["sim-server", "--slots", "2", "--step-latency-s", "0.002", "--port", "0"]
     a, b = start_service("sim-a", sim_args), start_service("sim-b", sim_args)
     try:
+
         async def go():
             # Stops server b (SIGSTOP) just before the 5th Step: mid-iteration, while its slots act.
-            pool = FaultAtStep(PoolTimeouts(step_s=0.5, reset_s=1.0, describe_s=0.5, backoff_initial_s=0.1, backoff_max_s=0.3),
-                               at_step=5, fault=lambda: os.kill(b.pid, signal.SIGSTOP))
+            pool = FaultAtStep(
+                PoolTimeouts(step_s=0.5, reset_s=1.0, describe_s=0.5, backoff_initial_s=0.1, backoff_max_s=0.3),
+                at_step=5,
+                fault=lambda: os.kill(b.pid, signal.SIGSTOP),
+            )
             await pool.add(a.address)
             await pool.add(b.address)
             runner = PolicyRunner(pool.observation_space, pool.action_space, (16,), seed=0)
-            sampler = make_sampler("autoreset", pool, runner, ClipDealer(pool.num_clips, holdout_every=10, seed=0),
-                                   samples_per_iteration=300, stall_timeout_s=10)
+            sampler = make_sampler(
+                "autoreset",
+                pool,
+                runner,
+                ClipDealer(pool.num_clips, holdout_every=10, seed=0),
+                samples_per_iteration=300,
+                stall_timeout_s=10,
+            )
             started = time.monotonic()
             first = await sampler.sample()
             elapsed = time.monotonic() - started

@@ -20,10 +20,24 @@ from sim_server.client import ServerDescription
 
 
 def _description(action_high: float = 1.0, num_clips: int = 40) -> ServerDescription:
-    box = lambda n, high: SpaceSpec("box", (n,), np.dtype(np.float32), np.full(n, -high, np.float32),  # noqa: E731
-                                    np.full(n, high, np.float32))
-    return ServerDescription("takeover", box(6, 1e6), box(2, action_high), num_slots=3, num_clips=num_clips,
-                             cost_model=None, server_version="test")
+    def box(n: int, high: float) -> SpaceSpec:
+        return SpaceSpec(
+            "box",
+            (n,),
+            np.dtype(np.float32),
+            np.full(n, -high, np.float32),
+            np.full(n, high, np.float32),
+        )
+
+    return ServerDescription(
+        "takeover",
+        box(6, 1e6),
+        box(2, action_high),
+        num_slots=3,
+        num_clips=num_clips,
+        cost_model=None,
+        server_version="test",
+    )
 
 
 class FakeClient:
@@ -56,13 +70,19 @@ class FakeContext:
         raise Aborted(code, details)
 
 
-@pytest.mark.parametrize("joining, problem", [
-    (_description(action_high=2.0), "action space Box(shape=(2,), dtype=float32) has other bounds than "
-                                    "Box(shape=(2,), dtype=float32)"),
-    (_description(num_clips=20), "catalog of 20 clips, the pool's has 40"),
-])
+@pytest.mark.parametrize(
+    "joining, problem",
+    [
+        (
+            _description(action_high=2.0),
+            "action space Box(shape=(2,), dtype=float32) has other bounds than Box(shape=(2,), dtype=float32)",
+        ),
+        (_description(num_clips=20), "catalog of 20 clips, the pool's has 40"),
+    ],
+)
 def test_a_mismatching_simulator_is_refused_by_the_pool_and_by_register_with_one_message(
-        monkeypatch, joining: ServerDescription, problem: str) -> None:
+    monkeypatch, joining: ServerDescription, problem: str
+) -> None:
     fakes = {"10.0.0.1:1": _description(), "10.0.0.2:1": joining}  # address -> what it answers
     monkeypatch.setattr(broker.pool, "SimulatorClient", lambda address, **_: FakeClient(fakes[address]))
     monkeypatch.setattr(broker.servicer, "SimulatorClient", lambda address, **_: FakeClient(fakes[address]))

@@ -31,21 +31,39 @@ def _failing(*errors: BaseException):
 
 def test_transient_errors_are_retried_with_doubling_waits_until_success() -> None:
     waits = []
-    call = _failing(_rpc_error(grpc.StatusCode.UNAVAILABLE), _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED),
-                    ConnectionError("refused"))
-    tries = asyncio.run(retry(call, deadline=time.monotonic() + 10, delay_s=0.01, max_delay_s=0.02,
-                              errors=(AioRpcError, ConnectionError), before_wait=lambda exc, s: waits.append(s)))
+    call = _failing(
+        _rpc_error(grpc.StatusCode.UNAVAILABLE),
+        _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED),
+        ConnectionError("refused"),
+    )
+    tries = asyncio.run(
+        retry(
+            call,
+            deadline=time.monotonic() + 10,
+            delay_s=0.01,
+            max_delay_s=0.02,
+            errors=(AioRpcError, ConnectionError),
+            before_wait=lambda exc, s: waits.append(s),
+        )
+    )
     assert tries == 4 and waits == [0.01, 0.02, 0.02]
 
 
 def test_a_refusal_is_raised_at_once_and_other_errors_are_not_caught() -> None:
     with pytest.raises(AioRpcError) as refused:
-        asyncio.run(retry(_failing(_rpc_error(grpc.StatusCode.FAILED_PRECONDITION)), deadline=time.monotonic() + 10,
-                          delay_s=0.01, max_delay_s=0.01))
+        asyncio.run(
+            retry(
+                _failing(_rpc_error(grpc.StatusCode.FAILED_PRECONDITION)),
+                deadline=time.monotonic() + 10,
+                delay_s=0.01,
+                max_delay_s=0.01,
+            )
+        )
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     with pytest.raises(ConnectionError):  # not among `errors`
-        asyncio.run(retry(_failing(ConnectionError("x")), deadline=time.monotonic() + 10, delay_s=0.01,
-                          max_delay_s=0.01))
+        asyncio.run(
+            retry(_failing(ConnectionError("x")), deadline=time.monotonic() + 10, delay_s=0.01, max_delay_s=0.01)
+        )
 
 
 def test_a_wait_past_the_deadline_gives_up_with_the_last_error() -> None:

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 import numpy as np
 import pytest
 import torch
+from scripted_env import ScriptedLengthEnv
 
 from broker.dealer import ClipDealer, holdout_clips
 from broker.policy_runner import PolicyRunner
@@ -26,8 +27,6 @@ from sim_server.cost_model import CostModel, CostModelConfig
 from sim_server.server import create_server
 from sim_server.simulator import Simulator
 
-from scripted_env import ScriptedLengthEnv
-
 
 @asynccontextmanager
 async def scripted_pool(*envs: ScriptedLengthEnv):
@@ -35,7 +34,9 @@ async def scripted_pool(*envs: ScriptedLengthEnv):
     pool = SimulatorPool()
     try:
         for env in envs:
-            server, port, _ = await create_server(Simulator(env, CostModel(CostModelConfig())), "127.0.0.1:0", env_id="scripted")
+            server, port, _ = await create_server(
+                Simulator(env, CostModel(CostModelConfig())), "127.0.0.1:0", env_id="scripted"
+            )
             servers.append(server)
             await pool.add(f"127.0.0.1:{port}")
         runner = PolicyRunner(pool.observation_space, pool.action_space, (8,), seed=0)
@@ -53,12 +54,15 @@ def _sample(sampler):
 def _check_batch(batch: dict) -> RolloutBatch:
     rb = RolloutBatch.from_numpy({**batch, "policy_version": 0})
     rb.validate()
-    adv, ret = masked_gae(rb.rewards, rb.values, rb.terminated, rb.truncated, rb.bootstrap_values, rb.valid_mask, 0.99, 0.95)
+    adv, ret = masked_gae(
+        rb.rewards, rb.values, rb.terminated, rb.truncated, rb.bootstrap_values, rb.valid_mask, 0.99, 0.95
+    )
     assert torch.isfinite(adv).all() and torch.isfinite(ret).all()
     return rb
 
 
 # --- pure rules -----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "done, steps, alpha, t_max, expected",
@@ -123,12 +127,20 @@ def test_recorder_bootstraps_in_one_pass_and_pads_with_zeros() -> None:
 
 # --- modes over gRPC --------------------------------------------------------------------------
 
+
 def test_fast_pads_ended_slots_and_truncates_at_alpha() -> None:
     async def go():
         env = ScriptedLengthEnv([2, 5, 9, 20])
         async with scripted_pool(env) as (pool, runner):
-            sampler = make_sampler("fast", pool, runner, ClipDealer(50, holdout_every=0, seed=0),
-                                   samples_per_iteration=1, alpha=0.5, t_max=100)
+            sampler = make_sampler(
+                "fast",
+                pool,
+                runner,
+                ClipDealer(50, holdout_every=0, seed=0),
+                samples_per_iteration=1,
+                alpha=0.5,
+                t_max=100,
+            )
             batch, stats = await sampler.sample()
             return env, batch, stats
 
@@ -151,8 +163,15 @@ def test_fast_truncates_at_t_max_and_concatenates_rounds() -> None:
     async def go():
         env = ScriptedLengthEnv([50, 60, 70, 80])
         async with scripted_pool(env) as (pool, runner):
-            sampler = make_sampler("fast", pool, runner, ClipDealer(50, holdout_every=0, seed=0),
-                                   samples_per_iteration=20, alpha=0.5, t_max=3)
+            sampler = make_sampler(
+                "fast",
+                pool,
+                runner,
+                ClipDealer(50, holdout_every=0, seed=0),
+                samples_per_iteration=20,
+                alpha=0.5,
+                t_max=3,
+            )
             return env, *(await sampler.sample())
 
     env, batch, stats = asyncio.run(go())
@@ -166,8 +185,9 @@ def test_sgr_resets_every_slot_on_first_termination() -> None:
     async def go():
         env = ScriptedLengthEnv([3, 7, 9, 20])
         async with scripted_pool(env) as (pool, runner):
-            sampler = make_sampler("sgr", pool, runner, ClipDealer(50, holdout_every=0, seed=0),
-                                   samples_per_iteration=20)
+            sampler = make_sampler(
+                "sgr", pool, runner, ClipDealer(50, holdout_every=0, seed=0), samples_per_iteration=20
+            )
             return env, *(await sampler.sample())
 
     env, batch, stats = asyncio.run(go())
@@ -182,8 +202,9 @@ def test_autoreset_resets_ended_slot_alone_within_the_step() -> None:
     async def go():
         env = ScriptedLengthEnv([2, 100, 100], truncating=(0,))
         async with scripted_pool(env) as (pool, runner):
-            sampler = make_sampler("autoreset", pool, runner, ClipDealer(50, holdout_every=0, seed=0),
-                                   samples_per_iteration=15)
+            sampler = make_sampler(
+                "autoreset", pool, runner, ClipDealer(50, holdout_every=0, seed=0), samples_per_iteration=15
+            )
             first = await sampler.sample()
             resets_in_first = list(env.reset_calls)
             second = await sampler.sample()
@@ -216,8 +237,9 @@ def test_ver_fills_budget_unevenly_without_padding() -> None:
     async def go():
         env = ScriptedLengthEnv([2, 30, 30])
         async with scripted_pool(env) as (pool, runner):
-            sampler = make_sampler("ver", pool, runner, ClipDealer(50, holdout_every=0, seed=0),
-                                   samples_per_iteration=40)
+            sampler = make_sampler(
+                "ver", pool, runner, ClipDealer(50, holdout_every=0, seed=0), samples_per_iteration=40
+            )
             return env, *(await sampler.sample())
 
     env, batch, stats = asyncio.run(go())

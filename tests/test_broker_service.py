@@ -12,9 +12,9 @@ import grpc
 import pytest
 
 from broker.pool import resolve_addresses
-from jobs.processes import start_service
 from fast.v1 import broker_pb2 as pb
 from fast.v1 import broker_pb2_grpc as pb_grpc
+from jobs.processes import start_service
 
 
 def test_resolve_addresses_dns_and_plain() -> None:
@@ -38,13 +38,43 @@ def test_register_pause_resume_stop(tmp_path) -> None:
     a = start_service("sim-a", ["sim-server", "--slots", "2", "--port", "0"])
     b = start_service("sim-b", ["sim-server", "--slots", "3", "--port", "0"])
     cartpole = start_service("sim-c", ["sim-server", "--env", "gym:CartPole-v1", "--slots", "1", "--port", "0"])
-    learner = start_service("learner", ["learner", "--port", "0", "--checkpoint-dir", str(tmp_path / "ckpt"),
-                                        "--update-epochs", "1", "--num-minibatches", "1"])
+    learner = start_service(
+        "learner",
+        [
+            "learner",
+            "--port",
+            "0",
+            "--checkpoint-dir",
+            str(tmp_path / "ckpt"),
+            "--update-epochs",
+            "1",
+            "--num-minibatches",
+            "1",
+        ],
+    )
     port_a = a.address.rsplit(":", 1)[1]
     broker = subprocess.Popen(
-        [sys.executable, "-m", "fast", "broker", "--simulators", f"dns:///localhost:{port_a}", "--learner", learner.address,
-         "--mode", "fast", "--iterations", "0", "--samples-per-iteration", "64", "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "fast",
+            "broker",
+            "--simulators",
+            f"dns:///localhost:{port_a}",
+            "--learner",
+            learner.address,
+            "--mode",
+            "fast",
+            "--iterations",
+            "0",
+            "--samples-per-iteration",
+            "64",
+            "--port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
         line = _wait(lambda: broker.stdout.readline(), 60, "the broker's listening line")
@@ -63,7 +93,11 @@ def test_register_pause_resume_stop(tmp_path) -> None:
             for request, code, fragment in [
                 (pb.RegisterSimulatorRequest(address=""), grpc.StatusCode.INVALID_ARGUMENT, "address is empty"),
                 (pb.RegisterSimulatorRequest(address="127.0.0.1:1"), grpc.StatusCode.UNAVAILABLE, "did not answer"),
-                (pb.RegisterSimulatorRequest(address=cartpole.address), grpc.StatusCode.FAILED_PRECONDITION, "does not match the pool"),
+                (
+                    pb.RegisterSimulatorRequest(address=cartpole.address),
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    "does not match the pool",
+                ),
             ]:
                 with pytest.raises(grpc.RpcError) as excinfo:
                     stub.RegisterSimulator(request, timeout=10)
@@ -72,8 +106,12 @@ def test_register_pause_resume_stop(tmp_path) -> None:
                 stub.Control(pb.ControlRequest(), timeout=5)
             assert excinfo.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
-            assert stub.Control(pb.ControlRequest(action=pb.CONTROL_ACTION_PAUSE), timeout=5).state == pb.RUN_STATE_PAUSED
-            paused_at = _wait(lambda: status().iteration if status().state == pb.RUN_STATE_PAUSED else None, 30, "pause")
+            assert (
+                stub.Control(pb.ControlRequest(action=pb.CONTROL_ACTION_PAUSE), timeout=5).state == pb.RUN_STATE_PAUSED
+            )
+            paused_at = _wait(
+                lambda: status().iteration if status().state == pb.RUN_STATE_PAUSED else None, 30, "pause"
+            )
             time.sleep(0.5)
             assert status().iteration <= paused_at + 1  # at most the iteration in flight completes
             stub.Control(pb.ControlRequest(action=pb.CONTROL_ACTION_RESUME), timeout=5)

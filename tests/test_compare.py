@@ -15,11 +15,11 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
+from broker.dealer import HOLDOUT_EVERY
 from jobs.compare.cli import compare_command, expand_runs
 from jobs.compare.jackknife import paired_difference, t_cdf, t_quantile
 from jobs.compare.run import CompareError, _catalog_args, check_runs, compare
 from jobs.simulators import Workload
-from broker.dealer import HOLDOUT_EVERY
 from jobs.train.config import TrainConfig
 from learner.checkpoint import Checkpoint, save_checkpoint
 from learner.policy import ActorCritic
@@ -32,6 +32,7 @@ HIDDEN = (16, 16)
 
 
 # -- the statistics -----------------------------------------------------------------------------
+
 
 def slow_jackknife(a: np.ndarray, b: np.ndarray, t: float) -> tuple[float, float, float, float]:
     """Literal delete-one jackknife of mean(A) - mean(B) over rows, through pseudo-values."""
@@ -116,10 +117,21 @@ def test_jackknife_refuses_bad_input() -> None:
         paired_difference([1.0, 2.0], [1.0, 2.0], level=95)
 
 
-@pytest.mark.parametrize(("df", "expected"), [
-    (1, 12.706205), (2, 4.302653), (3, 3.182446), (5, 2.570582), (10, 2.228139),
-    (19, 2.093024), (30, 2.042272), (59, 2.000995), (120, 1.979930), (10**7, 1.959964),
-])
+@pytest.mark.parametrize(
+    ("df", "expected"),
+    [
+        (1, 12.706205),
+        (2, 4.302653),
+        (3, 3.182446),
+        (5, 2.570582),
+        (10, 2.228139),
+        (19, 2.093024),
+        (30, 2.042272),
+        (59, 2.000995),
+        (120, 1.979930),
+        (10**7, 1.959964),
+    ],
+)
 def test_t_quantile_known_values(df: int, expected: float) -> None:
     assert t_quantile(0.975, df) == pytest.approx(expected, abs=2e-6)
     assert t_quantile(0.025, df) == pytest.approx(-expected, abs=2e-6)
@@ -143,8 +155,16 @@ def test_t_quantile_inverts_closed_forms(p: float) -> None:
 _SPACES = TakeoverEnv(num_slots=1, num_clips=2)
 
 
-def make_run(root: Path, name: str, seed: int, *, brake: bool = False, num_clips: int | None = NUM_CLIPS,
-             checkpoint: bool = True, env: str = "takeover") -> Path:
+def make_run(
+    root: Path,
+    name: str,
+    seed: int,
+    *,
+    brake: bool = False,
+    num_clips: int | None = NUM_CLIPS,
+    checkpoint: bool = True,
+    env: str = "takeover",
+) -> Path:
     """A run directory as `fast train` leaves it, without training: config.yaml and one learner checkpoint."""
     run_dir = root / name
     run_dir.mkdir(parents=True)
@@ -164,10 +184,16 @@ def make_run(root: Path, name: str, seed: int, *, brake: bool = False, num_clips
             with torch.no_grad():
                 policy.actor_mean[-1].bias.copy_(torch.tensor([-1.0, 0.0]))
         learner = PPOLearner(policy, PPOConfig(seed=seed), device="cpu")
-        save_checkpoint(run_dir / "checkpoints", Checkpoint(
-            policy_version=7, observation_space=_SPACES.observation_space, action_space=_SPACES.action_space,
-            hidden_sizes=HIDDEN, learner_state=learner.state_dict(),
-        ))
+        save_checkpoint(
+            run_dir / "checkpoints",
+            Checkpoint(
+                policy_version=7,
+                observation_space=_SPACES.observation_space,
+                action_space=_SPACES.action_space,
+                hidden_sizes=HIDDEN,
+                learner_state=learner.state_dict(),
+            ),
+        )
     return run_dir
 
 
@@ -175,8 +201,14 @@ def test_compare_end_to_end(tmp_path: Path) -> None:
     coast_1, coast_2 = make_run(tmp_path, "coast-1", 1), make_run(tmp_path, "coast-2", 2)
     brake = make_run(tmp_path, "brake", 3, brake=True)
     out = tmp_path / "out"
-    result = compare({"coast": [coast_1, coast_2], "brake": [brake, coast_1]}, episodes_per_clip=1, seed=4,
-                     servers=1, slots=8, out_dir=out)
+    result = compare(
+        {"coast": [coast_1, coast_2], "brake": [brake, coast_1]},
+        episodes_per_clip=1,
+        seed=4,
+        servers=1,
+        slots=8,
+        out_dir=out,
+    )
 
     written = json.loads((out / "compare.json").read_text())
     assert written == json.loads(json.dumps(result))
@@ -232,12 +264,17 @@ def test_check_runs_refuses_another_workload(tmp_path: Path) -> None:
 def test_catalog_args_read_from_the_simulator_command() -> None:
     command = "FAST_SIM_SEED=3 FAST_SIM_NUM_CLIPS=9 python -m fast sim-server --env takeover --num-clips=60 --slots 5"
     assert _catalog_args({"learner": {"command": "x --seed 1"}, "sim-server-0": {"command": command}}) == (
-        "--num-clips", "60", "--seed", "3")
+        "--num-clips",
+        "60",
+        "--seed",
+        "3",
+    )
     assert _catalog_args(None) == ()
     assert Workload("takeover", (), 10).describe() == "env takeover (default catalog), holdout_every 10"
 
 
 # -- the command --------------------------------------------------------------------------------
+
 
 def cli() -> typer.Typer:
     app = typer.Typer()
@@ -282,8 +319,9 @@ def test_cli_compares_a_run_with_its_copy(tmp_path: Path) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(run, copy)  # another directory, so the policy is played a second time
     out = tmp_path / "self"
-    result = CliRunner().invoke(cli(), [str(run), str(copy), "--episodes-per-clip", "1", "--servers", "1",
-                                        "--slots", "8", "--out", str(out)])
+    result = CliRunner().invoke(
+        cli(), [str(run), str(copy), "--episodes-per-clip", "1", "--servers", "1", "--slots", "8", "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     written = json.loads((out / "compare.json").read_text())
     assert [written["groups"][g]["label"] for g in ("a", "b")] == [str(run), str(copy)]

@@ -21,7 +21,9 @@ COMPOSE_BIN = Path(compose.__file__).parent / "docker-compose"  # the Go binary,
 
 
 def _compose_config(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(COMPOSE_BIN), "-f", str(path), "config", "-q"], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [str(COMPOSE_BIN), "-f", str(path), "config", "-q"], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_docker_compose_file_is_valid() -> None:
@@ -31,14 +33,19 @@ def test_docker_compose_file_is_valid() -> None:
 
 def test_compose_validation_catches_errors(tmp_path: Path) -> None:
     broken = tmp_path / "docker-compose.yml"
-    broken.write_text((ROOT / "docker-compose.yml").read_text().replace("stop_grace_period: 10s", "stop_grace_period: [10]"))
+    broken.write_text(
+        (ROOT / "docker-compose.yml").read_text().replace("stop_grace_period: 10s", "stop_grace_period: [10]")
+    )
     assert _compose_config(broken).returncode != 0
 
 
 @pytest.mark.parametrize("manifest", sorted((ROOT / "deploy" / "k8s").glob("*.yaml")), ids=lambda p: p.name)
 def test_kubernetes_manifest_is_valid(manifest: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "kubernetes_validate", "--strict", str(manifest)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "kubernetes_validate", "--strict", str(manifest)],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -55,8 +62,12 @@ def _compose() -> dict:
 
 
 def _k8s_documents() -> list[dict]:
-    return [doc for path in sorted((ROOT / "deploy" / "k8s").glob("*.yaml"))
-            for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return [
+        doc
+        for path in sorted((ROOT / "deploy" / "k8s").glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+    ]
 
 
 def _k8s_env(kind: str, name: str) -> dict[str, str]:
@@ -74,7 +85,7 @@ def _check_settings(environment: dict[str, str], where: str) -> None:
         ours = {k: v for k, v in environment.items() if k.startswith(prefix)}
         if not ours:
             continue
-        unknown = sorted(k for k in ours if k[len(prefix):].lower() not in model.model_fields)
+        unknown = sorted(k for k in ours if k[len(prefix) :].lower() not in model.model_fields)
         assert not unknown, f"{where}: {unknown} are no settings of {model.__name__}"
         resolve_config(model, environ=ours, env_prefix=prefix)  # raises ConfigError naming the field
 
@@ -87,9 +98,16 @@ def test_compose_settings_are_real_and_the_services_point_at_each_other() -> Non
     broker = services["broker"]["environment"]
     learner_host, learner_port = broker["FAST_BROKER_LEARNER"].rsplit(":", 1)
     assert learner_host == "learner" and learner_port == services["learner"]["environment"]["FAST_LEARNER_PORT"]
-    assert broker["FAST_BROKER_SIMULATORS"] == f"dns:///sim-server:{services['sim-server']['environment']['FAST_SIM_PORT']}"
+    assert (
+        broker["FAST_BROKER_SIMULATORS"]
+        == f"dns:///sim-server:{services['sim-server']['environment']['FAST_SIM_PORT']}"
+    )
     # Each service's health check asks its own port.
-    for name, variable in (("sim-server", "FAST_SIM_PORT"), ("learner", "FAST_LEARNER_PORT"), ("broker", "FAST_BROKER_PORT")):
+    for name, variable in (
+        ("sim-server", "FAST_SIM_PORT"),
+        ("learner", "FAST_LEARNER_PORT"),
+        ("broker", "FAST_BROKER_PORT"),
+    ):
         assert services[name]["healthcheck"]["test"][-1] == f"127.0.0.1:{services[name]['environment'][variable]}"
 
 
@@ -110,4 +128,6 @@ def test_settings_check_catches_a_misspelt_variable() -> None:
     with pytest.raises(AssertionError, match="FAST_BROKER_ITERATONS"):
         _check_settings({"FAST_BROKER_ITERATONS": "3"}, "test")
     with pytest.raises(ConfigError, match="iterations"):
-        _check_settings({"FAST_BROKER_SIMULATORS": "a:1", "FAST_BROKER_LEARNER": "b:2", "FAST_BROKER_ITERATIONS": "-1"}, "test")
+        _check_settings(
+            {"FAST_BROKER_SIMULATORS": "a:1", "FAST_BROKER_LEARNER": "b:2", "FAST_BROKER_ITERATIONS": "-1"}, "test"
+        )

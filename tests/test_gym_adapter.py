@@ -8,17 +8,18 @@ import grpc
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import sim_server, stub_for
 
 from fast import tensor
+from fast.spaces import space_from_proto
 from fast.v1 import simulator_pb2 as pb
 from fast.v1 import tensor_pb2 as tpb
 from sim_server.gym_adapter import GymSlotEnv, space_spec
-from fast.spaces import space_from_proto
-
-from conftest import sim_server, stub_for
 
 
-def _episode(stub, slot: int, clip: int, seed: int, actions: np.ndarray) -> tuple[list[bytes], pb.EpisodeSummary | None]:
+def _episode(
+    stub, slot: int, clip: int, seed: int, actions: np.ndarray
+) -> tuple[list[bytes], pb.EpisodeSummary | None]:
     r = stub.Reset(pb.ResetRequest(slot_ids=[slot], clip_ids=[clip], seeds=[seed]), timeout=10)
     frames = [r.observations.data]
     for a in actions:
@@ -54,11 +55,16 @@ def test_cartpole_round_trip_over_grpc() -> None:
 
 
 def test_gym_env_with_kwargs_and_box_actions() -> None:
-    with sim_server("--env", "gym:Pendulum-v1", "--slots", "2", "--env-kwarg", "g=9.81") as server, stub_for(server.address) as stub:
+    with (
+        sim_server("--env", "gym:Pendulum-v1", "--slots", "2", "--env-kwarg", "g=9.81") as server,
+        stub_for(server.address) as stub,
+    ):
         act = space_from_proto(stub.Describe(pb.DescribeRequest(), timeout=10).action_space)
         assert act.kind == "box" and act.shape == (1,) and act.high[0] == pytest.approx(2.0)
         stub.Reset(pb.ResetRequest(slot_ids=[0, 1], clip_ids=[0, 1]), timeout=10)
-        r = stub.Step(pb.StepRequest(slot_ids=[0, 1], actions=tensor.to_proto(np.array([[1.0], [-2.0]], np.float32))), timeout=10)
+        r = stub.Step(
+            pb.StepRequest(slot_ids=[0, 1], actions=tensor.to_proto(np.array([[1.0], [-2.0]], np.float32))), timeout=10
+        )
         assert tensor.from_proto(r.rewards).shape == (2,)
 
 
@@ -84,7 +90,10 @@ def test_gym_slot_env_in_process_matches_plain_gymnasium() -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("highway_env") is None, reason="optional extra highway-env not installed")
 def test_highway_env_round_trip_over_grpc() -> None:
-    with sim_server("--env", "gym:highway_env:highway-fast-v0", "--slots", "2") as server, stub_for(server.address) as stub:
+    with (
+        sim_server("--env", "gym:highway_env:highway-fast-v0", "--slots", "2") as server,
+        stub_for(server.address) as stub,
+    ):
         d = stub.Describe(pb.DescribeRequest(), timeout=30)
         assert d.action_space.kind == tpb.SPACE_KIND_DISCRETE
         stub.Reset(pb.ResetRequest(slot_ids=[0, 1], clip_ids=[0, 1]), timeout=30)

@@ -172,6 +172,7 @@ def _left_behind(before: set[int]) -> set[int]:
     """New processes below this one, except multiprocessing's fork server and resource tracker
     (our children, started once, serving every later call and exiting with us). The env
     processes are the fork server's children (they share its command line), so they count."""
+
     def helper(pid: int) -> bool:
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -188,10 +189,13 @@ def _check_summary(summary: dict, samples: int, num_envs: int) -> None:
     assert summary["valid_transitions"] >= samples and summary["transitions"] == summary["valid_transitions"]
     assert summary["validity"] == 1.0 and summary["global_resets"] == 0
     for key in ("sampling_time_s", "raw_throughput", "effective_throughput", "time_efficiency",
-                "time_efficiency_critical_path", "time_efficiency_env_sum", "episode_length_mean", "episode_return_mean",
-                "slot_resets_per_1k_valid", "startup_s"):  # fmt: skip
+                "time_efficiency_critical_path", "time_efficiency_env_sum", "episode_length_mean",
+                "episode_return_mean", "slot_resets_per_1k_valid", "startup_s"):  # fmt: skip
         assert math.isfinite(summary[key]), f"{key}={summary[key]}"
-    assert 0.0 < summary["time_efficiency"] <= 1.0 and summary["time_efficiency"] == summary["time_efficiency_critical_path"]
+    assert (
+        0.0 < summary["time_efficiency"] <= 1.0
+        and summary["time_efficiency"] == summary["time_efficiency_critical_path"]
+    )
     assert 0.0 < summary["time_efficiency_env_sum"] <= 1.0
     assert summary["effective_throughput"] == pytest.approx(summary["valid_transitions"] / summary["sampling_time_s"])
     assert summary["episodes"] == len(summary["episode_lengths"]) > 0
@@ -203,7 +207,9 @@ def test_measure_async_vector_returns_the_broker_metrics_and_cleans_up() -> None
     before = _descendants()
     summary = measure_async_vector(2, 1, "off", None, (64, 64), 200, 0)
     _check_summary(summary, 200, 2)
-    assert summary["slot_resets_per_1k_valid"] == pytest.approx(1000 * summary["episodes"] / summary["valid_transitions"])
+    assert summary["slot_resets_per_1k_valid"] == pytest.approx(
+        1000 * summary["episodes"] / summary["valid_transitions"]
+    )
     assert not multiprocessing.active_children()
     assert not _left_behind(before)  # the env processes, children of the fork server, are gone too
 

@@ -153,6 +153,7 @@ def test_importing_the_broker_loads_no_optimiser() -> None:
         "import sys, broker.run, broker.server\n"
         "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('learner', 'jobs', 'gateway'))))"
     )
-    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                            check=True).stdout.split()
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    ).stdout.split()
     assert set(loaded) <= EXPORTS["learner"], f"broker loads {sorted(set(loaded) - EXPORTS['learner'])}"

@@ -16,14 +16,15 @@ import grpc
 import numpy as np
 import pytest
 import torch
+from conftest import assert_serving_with_reflection, stub_for
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from fast.config import ConfigError, resolve_config
-from jobs.processes import ServiceProcess, start_service
 from fast.spaces import SpaceSpec, space_to_proto
 from fast.v1 import learner_pb2 as pb
 from fast.v1 import learner_pb2_grpc as pb_grpc
 from fast.v1 import tensor_pb2 as tpb
+from jobs.processes import ServiceProcess, start_service
 from learner.batch import RolloutBatch
 from learner.checkpoint import (
     Checkpoint,
@@ -42,14 +43,23 @@ from learner.policy import ActorCritic, import_weights
 from learner.ppo import PPOConfig
 from learner.wire import batch_to_proto
 
-from conftest import assert_serving_with_reflection, stub_for
-
 STEPS, SLOTS, OBS_DIM = 16, 4, 6
-OBS_SPACE = SpaceSpec("box", (OBS_DIM,), np.dtype(np.float32), np.full(OBS_DIM, -10, np.float32), np.full(OBS_DIM, 10, np.float32))
+OBS_SPACE = SpaceSpec(
+    "box", (OBS_DIM,), np.dtype(np.float32), np.full(OBS_DIM, -10, np.float32), np.full(OBS_DIM, 10, np.float32)
+)
 ACTION_SPACE = SpaceSpec("box", (2,), np.dtype(np.float32), -np.ones(2, np.float32), np.ones(2, np.float32))
 # Small updates keep every call well under a second on a CPU.
 FAST_PPO = ["--update-epochs", "2", "--num-minibatches", "2"]
-STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "grad_norm", "update_time_s")
+STAT_NAMES = (
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "approx_kl",
+    "clip_fraction",
+    "explained_variance",
+    "grad_norm",
+    "update_time_s",
+)
 
 
 def make_arrays(seed: int = 0, steps: int = STEPS, slots: int = SLOTS) -> dict[str, np.ndarray]:
@@ -105,7 +115,8 @@ def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) 
 @contextmanager
 def learner_process(checkpoint_dir: Path, *args: str) -> Iterator[ServiceProcess]:
     service = start_service(
-        "learner", ["learner", "--host", "127.0.0.1", "--port", "0", "--checkpoint-dir", str(checkpoint_dir), *FAST_PPO, *args]
+        "learner",
+        ["learner", "--host", "127.0.0.1", "--port", "0", "--checkpoint-dir", str(checkpoint_dir), *FAST_PPO, *args],
     )
     try:
         yield service
@@ -174,7 +185,9 @@ def test_lifecycle_submit_stale_checkpoint_every_k_and_sigterm(tmp_path: Path) -
 
         with pytest.raises(grpc.RpcError) as excinfo:  # the same batch again: sampled by version 0
             stub.SubmitBatch(submit_request(arrays, 0), timeout=30)
-        assert_code(excinfo, grpc.StatusCode.FAILED_PRECONDITION, "batch.policy_version is 0", "current policy version is 1")
+        assert_code(
+            excinfo, grpc.StatusCode.FAILED_PRECONDITION, "batch.policy_version is 0", "current policy version is 1"
+        )
         without_policy = stub.SubmitBatch(submit_request(make_arrays(seed=2), 1, return_policy=False), timeout=30)
         assert without_policy.policy_version == 2 and not without_policy.HasField("policy")
         assert [v for v, _ in list_checkpoints(tmp_path)] == [0]
@@ -445,7 +458,9 @@ def test_core_serialises_updates_and_refuses_the_second_of_one_version(tmp_path:
     async def run() -> list:
         core = _core(tmp_path)
         await core.initialize(OBS_SPACE, ACTION_SPACE)
-        return await asyncio.gather(core.submit(_batch(0, seed=1)), core.submit(_batch(0, seed=2)), return_exceptions=True)
+        return await asyncio.gather(
+            core.submit(_batch(0, seed=1)), core.submit(_batch(0, seed=2)), return_exceptions=True
+        )
 
     first, second = asyncio.run(run())
     assert first.policy_version == 1
@@ -488,7 +503,10 @@ def test_core_refuses_spaces_the_policy_cannot_serve(tmp_path: Path) -> None:
     core = _core(tmp_path)
     discrete = SpaceSpec("discrete", (), np.dtype(np.int64), n=3)
     int_box = SpaceSpec("box", (2,), np.dtype(np.int32), np.zeros(2, np.int32), np.ones(2, np.int32))
-    for obs_space, action_space, fragment in ((discrete, ACTION_SPACE, "observation_space"), (OBS_SPACE, int_box, "float dtype")):
+    for obs_space, action_space, fragment in (
+        (discrete, ACTION_SPACE, "observation_space"),
+        (OBS_SPACE, int_box, "float dtype"),
+    ):
         with pytest.raises(LearnerError, match=fragment) as excinfo:
             asyncio.run(core.initialize(obs_space, action_space))
         assert excinfo.value.kind == ErrorKind.INVALID_ARGUMENT
@@ -501,7 +519,15 @@ def test_config_mirrors_ppo_config_and_reads_env(tmp_path: Path) -> None:
     assert (config.port, config.checkpoint_every, config.keep_checkpoints, config.hidden_sizes) == (0, 10, 3, [64, 64])
     env = {f"{ENV_PREFIX}GAMMA": "0.995", f"{ENV_PREFIX}HIDDEN_SIZES": "[32, 16]", f"{ENV_PREFIX}DEVICE": "cpu"}
     resolved = resolve_config(LearnerConfig, env_prefix=ENV_PREFIX, environ=env, overrides={"lr": 1e-3})
-    assert resolved.ppo_config().gamma == 0.995 and resolved.ppo_config().lr == 1e-3 and resolved.hidden_sizes == [32, 16]
-    for field, value in (("gamma", 1.5), ("checkpoint_every", 0), ("device", "tpu"), ("hidden_sizes", [64, 0]), ("lr", math.inf)):
+    assert (
+        resolved.ppo_config().gamma == 0.995 and resolved.ppo_config().lr == 1e-3 and resolved.hidden_sizes == [32, 16]
+    )
+    for field, value in (
+        ("gamma", 1.5),
+        ("checkpoint_every", 0),
+        ("device", "tpu"),
+        ("hidden_sizes", [64, 0]),
+        ("lr", math.inf),
+    ):
         with pytest.raises(ConfigError, match=field):
             resolve_config(LearnerConfig, environ={}, overrides={field: value})

@@ -11,7 +11,9 @@ from learner.policy import export_weights
 
 
 def _box(shape, low, high) -> SpaceSpec:
-    return SpaceSpec("box", shape, np.dtype(np.float32), np.full(shape, low, np.float32), np.full(shape, high, np.float32))
+    return SpaceSpec(
+        "box", shape, np.dtype(np.float32), np.full(shape, low, np.float32), np.full(shape, high, np.float32)
+    )
 
 
 def test_act_logprobs_and_values_match_actor_critic() -> None:

@@ -141,8 +141,16 @@ def test_update_statistics_are_finite_and_complete() -> None:
     learner = PPOLearner(make_policy("box", dtype=torch.float32), CONFIG, device="cpu")
     stats = learner.update(padded_batch("box", 40, 6, 25, seed=12).to("cpu", dtype=torch.float32))
     expected_keys = {
-        "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance",
-        "grad_norm", "update_time_s", "num_valid", "num_total",
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "approx_kl",
+        "clip_fraction",
+        "explained_variance",
+        "grad_norm",
+        "update_time_s",
+        "num_valid",
+        "num_total",
     }
     assert set(stats) == expected_keys
     assert all(math.isfinite(value) for value in stats.values())

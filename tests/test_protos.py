@@ -7,7 +7,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-
 from conftest import sim_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,9 +62,19 @@ def test_client_from_protos_alone_drives_server(tmp_path: Path) -> None:
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT / 'protos'}", f"--python_out={stubs}", f"--grpc_python_out={stubs}",
-         "fast/v1/simulator.proto", "fast/v1/tensor.proto"],
-        check=True, cwd=tmp_path, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{ROOT / 'protos'}",
+            f"--python_out={stubs}",
+            f"--grpc_python_out={stubs}",
+            "fast/v1/simulator.proto",
+            "fast/v1/tensor.proto",
+        ],
+        check=True,
+        cwd=tmp_path,
+        capture_output=True,
     )
     (stubs / "fast" / "__init__.py").write_text("")
     (stubs / "fast" / "v1" / "__init__.py").write_text("")
@@ -73,7 +82,11 @@ def test_client_from_protos_alone_drives_server(tmp_path: Path) -> None:
     script.write_text(CLIENT)
     with sim_server("--env", "takeover", "--slots", "4") as server:
         out = subprocess.run(
-            [sys.executable, str(script), server.address, str(stubs)], cwd=tmp_path, capture_output=True, text=True, timeout=60
+            [sys.executable, str(script), server.address, str(stubs)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["OK", "takeover", "4", "200", "2"]

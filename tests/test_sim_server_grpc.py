@@ -12,13 +12,12 @@ import time
 import grpc
 import numpy as np
 import pytest
+from conftest import assert_serving_with_reflection, sim_server, stub_for
 
 from fast import tensor
+from fast.spaces import space_from_proto
 from fast.v1 import simulator_pb2 as pb
 from fast.v1 import tensor_pb2 as tpb
-from fast.spaces import space_from_proto
-
-from conftest import assert_serving_with_reflection, sim_server, stub_for
 
 
 def _actions(stub, count: int, seed: int) -> np.ndarray:
@@ -100,7 +99,11 @@ def test_step_reports_episode_end_with_metrics(takeover_stub) -> None:
         (np.zeros((2, 3), np.float32), grpc.StatusCode.INVALID_ARGUMENT, ["expected shape [2, 2]", "got shape [2, 3]"]),
         (np.zeros((2, 2), np.float64), grpc.StatusCode.INVALID_ARGUMENT, ["float32", "float64"]),
         (np.array([[0, 0], [np.nan, 0]], np.float32), grpc.StatusCode.INVALID_ARGUMENT, ["slot 1", "not finite"]),
-        (np.array([[0, 1.5], [0, 0]], np.float32), grpc.StatusCode.INVALID_ARGUMENT, ["slot 0", "1.5", "bounds [-1.0, 1.0]"]),
+        (
+            np.array([[0, 1.5], [0, 0]], np.float32),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            ["slot 0", "1.5", "bounds [-1.0, 1.0]"],
+        ),
     ],
     ids=["shape", "dtype", "nan", "out-of-bounds"],
 )
@@ -150,7 +153,11 @@ def test_step_ended_or_unreset_slot_failed_precondition(takeover_stub) -> None:
         (pb.ResetRequest(slot_ids=[-1], clip_ids=[0]), grpc.StatusCode.NOT_FOUND, ["slot -1"]),
         (pb.ResetRequest(slot_ids=[0], clip_ids=[10**9]), grpc.StatusCode.NOT_FOUND, ["clip 1000000000", "catalog"]),
         (pb.ResetRequest(slot_ids=[0, 0], clip_ids=[1, 2]), grpc.StatusCode.INVALID_ARGUMENT, ["slot 0 appears twice"]),
-        (pb.ResetRequest(slot_ids=[0, 1], clip_ids=[1]), grpc.StatusCode.INVALID_ARGUMENT, ["clip_ids has 1 entries for 2"]),
+        (
+            pb.ResetRequest(slot_ids=[0, 1], clip_ids=[1]),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            ["clip_ids has 1 entries for 2"],
+        ),
         (pb.ResetRequest(slot_ids=[0], clip_ids=[1], seeds=[1, 2]), grpc.StatusCode.INVALID_ARGUMENT, ["seeds has 2"]),
         (pb.ResetRequest(), grpc.StatusCode.INVALID_ARGUMENT, ["slot_ids is empty"]),
     ],
@@ -170,7 +177,10 @@ def test_step_unknown_slot_not_found(takeover_stub) -> None:
 
 
 def test_oversized_message_resource_exhausted() -> None:
-    with sim_server("--env", "takeover", "--slots", "2", "--max-message-bytes", "4096") as server, stub_for(server.address) as stub:
+    with (
+        sim_server("--env", "takeover", "--slots", "2", "--max-message-bytes", "4096") as server,
+        stub_for(server.address) as stub,
+    ):
         stub.Reset(pb.ResetRequest(slot_ids=[0], clip_ids=[0]), timeout=10)
         huge = np.zeros((1, 4096), np.float32)
         with pytest.raises(grpc.RpcError) as excinfo:
@@ -186,8 +196,12 @@ def test_health_check_and_reflection(takeover_server) -> None:
 
 def test_fast_health_command_for_container_health_checks(takeover_server) -> None:
     def health(address: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "fast", "health", address, "--timeout-s", "3"],
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "fast", "health", address, "--timeout-s", "3"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     done = health(takeover_server.address)
     assert done.returncode == 0 and "SERVING" in done.stdout
@@ -215,7 +229,10 @@ def test_deadline_exceeded_leaves_slots_unchanged() -> None:
 
 
 def test_concurrent_call_on_busy_slot_failed_precondition() -> None:
-    with sim_server("--env", "takeover", "--slots", "2", "--step-latency-s", "0.5") as server, stub_for(server.address) as stub:
+    with (
+        sim_server("--env", "takeover", "--slots", "2", "--step-latency-s", "0.5") as server,
+        stub_for(server.address) as stub,
+    ):
         stub.Reset(pb.ResetRequest(slot_ids=[0, 1], clip_ids=[5, 6]), timeout=10)
         action = np.zeros((1, 2), np.float32)
         slow = stub.Step.future(pb.StepRequest(slot_ids=[0], actions=tensor.to_proto(action)), timeout=10)
@@ -228,7 +245,10 @@ def test_concurrent_call_on_busy_slot_failed_precondition() -> None:
 
 
 def test_sigterm_drains_in_flight_call_and_exits_zero() -> None:
-    with sim_server("--env", "takeover", "--slots", "1", "--step-latency-s", "1.0") as server, stub_for(server.address) as stub:
+    with (
+        sim_server("--env", "takeover", "--slots", "1", "--step-latency-s", "1.0") as server,
+        stub_for(server.address) as stub,
+    ):
         stub.Reset(pb.ResetRequest(slot_ids=[0], clip_ids=[0]), timeout=10)
         result: dict = {}
 
@@ -251,7 +271,9 @@ def test_sigterm_drains_in_flight_call_and_exits_zero() -> None:
 def test_step_stream_matches_unary_step(takeover_stub) -> None:
     actions = _actions(takeover_stub, 30, seed=8)
     takeover_stub.Reset(pb.ResetRequest(slot_ids=[4, 5], clip_ids=[60, 60], seeds=[1, 1]), timeout=10)
-    requests = [pb.StepRequest(slot_ids=[4], actions=tensor.to_proto(actions[t : t + 1]), request_id=t) for t in range(10)]
+    requests = [
+        pb.StepRequest(slot_ids=[4], actions=tensor.to_proto(actions[t : t + 1]), request_id=t) for t in range(10)
+    ]
     streamed = list(takeover_stub.StepStream(iter(requests), timeout=10))
     unary = [_step(takeover_stub, [5], actions[t : t + 1]) for t in range(10)]
     assert [r.request_id for r in streamed] == list(range(10))
@@ -260,8 +282,10 @@ def test_step_stream_matches_unary_step(takeover_stub) -> None:
 
 def test_step_stream_error_ends_stream_with_status(takeover_stub) -> None:
     takeover_stub.Reset(pb.ResetRequest(slot_ids=[4], clip_ids=[60]), timeout=10)
-    requests = [pb.StepRequest(slot_ids=[4], actions=tensor.to_proto(np.zeros((1, 2), np.float32))),
-                pb.StepRequest(slot_ids=[4], actions=tensor.to_proto(np.zeros((1, 5), np.float32)))]
+    requests = [
+        pb.StepRequest(slot_ids=[4], actions=tensor.to_proto(np.zeros((1, 2), np.float32))),
+        pb.StepRequest(slot_ids=[4], actions=tensor.to_proto(np.zeros((1, 5), np.float32))),
+    ]
     call = takeover_stub.StepStream(iter(requests), timeout=10)
     assert next(call).slot_ids == [4]
     with pytest.raises(grpc.RpcError) as excinfo:

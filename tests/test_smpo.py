@@ -206,8 +206,15 @@ def test_smpo_diagnostics_match_plain_formulas() -> None:
     grid = make_grid("box")
     valid = grid["valid_mask"]
     loss = smpo_loss(
-        policy, grid["obs"], grid["actions"], grid["logprobs"], grid["values"], grid["advantages"], grid["returns"],
-        valid, **COEFS,
+        policy,
+        grid["obs"],
+        grid["actions"],
+        grid["logprobs"],
+        grid["values"],
+        grid["advantages"],
+        grid["returns"],
+        valid,
+        **COEFS,
     )
     with torch.no_grad():
         _, new_logprob, entropy, new_value = policy.get_action_and_value(grid["obs"][valid], grid["actions"][valid])

@@ -53,7 +53,9 @@ def _single_clip(base: Catalog, agents: list[tuple[float, float, float]], ego_sp
     return dataclasses.replace(base, **one)
 
 
-def _rollout(env: TakeoverEnv, slot: int, clip: int, seed: int, actions: np.ndarray) -> list[tuple[bytes, bytes, bool, bool]]:
+def _rollout(
+    env: TakeoverEnv, slot: int, clip: int, seed: int, actions: np.ndarray
+) -> list[tuple[bytes, bytes, bool, bool]]:
     """Reset one slot and step it through `actions`; the raw bytes of every observation and reward."""
     out = [(env.reset(np.array([slot]), np.array([clip]), np.array([seed])).tobytes(), b"", False, False)]
     for action in actions:
@@ -140,7 +142,9 @@ def test_step_is_bitwise_deterministic_across_slots_and_neighbours(catalog) -> N
         slots = np.concatenate([np.array([1, 2, 3])[live], [6]])  # slot 6 last, odd batch sizes
         r = env.step(slots, np.concatenate([neighbour_actions[t][live], action[None]]))
         live[live] = ~(r.terminated[:-1] | r.truncated[:-1])
-        crowded.append((r.observations[-1].tobytes(), r.rewards[-1:].tobytes(), bool(r.terminated[-1]), bool(r.truncated[-1])))
+        crowded.append(
+            (r.observations[-1].tobytes(), r.rewards[-1:].tobytes(), bool(r.terminated[-1]), bool(r.truncated[-1]))
+        )
         if r.terminated[-1] or r.truncated[-1]:
             break
     assert crowded == alone

@@ -43,7 +43,10 @@ def test_resolve_config_precedence(tmp_path) -> None:
     file = tmp_path / "sim.yaml"
     file.write_text("slots: 4\nport: 7000\ncost-preset: calibrated\n")
     cfg = resolve_config(
-        SimServerConfig, file=file, env_prefix="FAST_SIM_", environ={"FAST_SIM_PORT": "7001", "FAST_SIM_SEED": "3"},
+        SimServerConfig,
+        file=file,
+        env_prefix="FAST_SIM_",
+        environ={"FAST_SIM_PORT": "7001", "FAST_SIM_SEED": "3"},
         overrides={"port": 7002, "slots": None},
     )
     assert (cfg.slots, cfg.port, cfg.seed, cfg.cost_preset) == (4, 7002, 3, "calibrated")

@@ -15,27 +15,40 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from conftest import sim_server
 from typer.testing import CliRunner
 
 from broker.evaluate import EvaluationError, evaluate, evaluation_episodes, summarize
 from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
-from jobs.cli import app
 from fast.config import ConfigError, resolve_config
+from jobs.cli import app
 from jobs.train.config import ENV_PREFIX, TrainConfig
 from jobs.train.report import PLOTS, ReportError, write_report
 from sim_server.takeover.metrics import METRIC_NAMES
-from conftest import sim_server
 
 # Tiny sizes: every mode trains 2 iterations in seconds; evaluation still plays all 20 held-out clips.
-TINY = ["--servers", "2", "--slots", "2", "--samples-per-iteration", "128", "--update-epochs", "1", "--eval-episodes-per-clip", "1"]
+TINY = [
+    "--servers",
+    "2",
+    "--slots",
+    "2",
+    "--samples-per-iteration",
+    "128",
+    "--update-epochs",
+    "1",
+    "--eval-episodes-per-clip",
+    "1",
+]
 RUN_TIMEOUT_S = 100  # one tiny run takes ~20 s on a loaded 2-core CPU
 
 
 def fast_train(tmp_path: Path, name: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "fast", "train", "--runs-dir", str(tmp_path), "--name", name, *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
 
@@ -217,7 +230,10 @@ async def _evaluate_after_server_died(server) -> None:
 
 def test_evaluate_random_and_policy_play_every_episode_to_its_end() -> None:
     # One slot plays the three episodes in turn, three slots at once: the same episodes either way.
-    with sim_server("--env", "takeover", "--slots", "1") as one_slot, sim_server("--env", "takeover", "--slots", "3") as three_slots:
+    with (
+        sim_server("--env", "takeover", "--slots", "1") as one_slot,
+        sim_server("--env", "takeover", "--slots", "3") as three_slots,
+    ):
         random_episodes = asyncio.run(_evaluate(three_slots.address, with_policy=False))
         one_by_one = asyncio.run(_evaluate(one_slot.address, with_policy=False))
         policy_episodes = asyncio.run(_evaluate(three_slots.address, with_policy=True, episodes_per_clip=2))
@@ -241,25 +257,43 @@ def test_evaluate_random_and_policy_play_every_episode_to_its_end() -> None:
 
 # -- the report from a synthetic run directory ------------------------------------------------
 
+
 def _synthetic_run(run_dir: Path, with_eval: bool = True) -> None:
     run_dir.mkdir()
     lines = []
     for i in range(1, 4):
-        lines.append({
-            "iteration": i, "time": 1000.0 + 2.0 * i, "iteration_time_s": 2.0, "mode": "fast",
-            "episode_return_mean": float(i) if i != 2 else float("nan"), "effective_throughput": 900.0 + i,
-            "raw_throughput": 1000.0, "validity": 0.9, "time_efficiency": 0.995, "valid_transitions": 128,
-            "episode_lengths": [3, 40, 41, 300],
-        })
+        lines.append(
+            {
+                "iteration": i,
+                "time": 1000.0 + 2.0 * i,
+                "iteration_time_s": 2.0,
+                "mode": "fast",
+                "episode_return_mean": float(i) if i != 2 else float("nan"),
+                "effective_throughput": 900.0 + i,
+                "raw_throughput": 1000.0,
+                "validity": 0.9,
+                "time_efficiency": 0.995,
+                "valid_transitions": 128,
+                "episode_lengths": [3, 40, 41, 300],
+            }
+        )
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
     if with_eval:
         summary = lambda ret, col: {"episodes": 2, "return_mean": ret, "collided_rate": col, "length_mean": 50.0}  # noqa: E731
-        (run_dir / "eval.json").write_text(json.dumps({
-            "policy_version": 3, "policy_source": "learner", "clips": [9, 19], "episodes_per_clip": 1, "seed": 0,
-            "trained": {"summary": summary(12.5, 0.25), "episodes": []},
-            "random": {"summary": summary(-4.0, 0.75), "episodes": []},
-            "initial": {"summary": summary(1.0, 0.5), "episodes": [], "policy_version": 0},
-        }))
+        (run_dir / "eval.json").write_text(
+            json.dumps(
+                {
+                    "policy_version": 3,
+                    "policy_source": "learner",
+                    "clips": [9, 19],
+                    "episodes_per_clip": 1,
+                    "seed": 0,
+                    "trained": {"summary": summary(12.5, 0.25), "episodes": []},
+                    "random": {"summary": summary(-4.0, 0.75), "episodes": []},
+                    "initial": {"summary": summary(1.0, 0.5), "episodes": [], "policy_version": 0},
+                }
+            )
+        )
 
 
 def test_report_from_synthetic_metrics(tmp_path: Path) -> None:

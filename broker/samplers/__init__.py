@@ -57,5 +57,13 @@ def make_sampler(
     """A fresh sampler of `mode` over `slots` (global ids; all the pool's by default), with its own state."""
     if mode not in SAMPLERS:
         raise ValueError(f"mode {mode!r} is unknown; use one of {', '.join(MODE_NAMES)}")
-    return SAMPLERS[mode](pool, runner, dealer, samples_per_iteration=samples_per_iteration, alpha=alpha, t_max=t_max,
-                          stall_timeout_s=stall_timeout_s, slots=slots)
+    return SAMPLERS[mode](
+        pool,
+        runner,
+        dealer,
+        samples_per_iteration=samples_per_iteration,
+        alpha=alpha,
+        t_max=t_max,
+        stall_timeout_s=stall_timeout_s,
+        slots=slots,
+    )

@@ -21,8 +21,24 @@ class Autoreset(LockstepRule):
     rounds = False
 
 
-def sampler(pool: SimulatorPool, runner: PolicyRunner, dealer: ClipDealer, *, samples_per_iteration: int,
-            alpha: float, t_max: int, stall_timeout_s: float, slots: np.ndarray | None = None) -> LockstepSampler:
+def sampler(
+    pool: SimulatorPool,
+    runner: PolicyRunner,
+    dealer: ClipDealer,
+    *,
+    samples_per_iteration: int,
+    alpha: float,
+    t_max: int,
+    stall_timeout_s: float,
+    slots: np.ndarray | None = None,
+) -> LockstepSampler:
     """The registry's constructor (broker/samplers/__init__.py); alpha and t_max are DPSA's, unused here."""
-    return LockstepSampler(pool, runner, dealer, Autoreset(), samples_per_iteration=samples_per_iteration,
-                           stall_timeout_s=stall_timeout_s, slots=slots)
+    return LockstepSampler(
+        pool,
+        runner,
+        dealer,
+        Autoreset(),
+        samples_per_iteration=samples_per_iteration,
+        stall_timeout_s=stall_timeout_s,
+        slots=slots,
+    )

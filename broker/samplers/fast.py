@@ -48,8 +48,24 @@ class Dpsa(LockstepRule):
         return round_ends(done, steps, self.alpha, self.t_max) if done.size else True
 
 
-def sampler(pool: SimulatorPool, runner: PolicyRunner, dealer: ClipDealer, *, samples_per_iteration: int,
-            alpha: float, t_max: int, stall_timeout_s: float, slots: np.ndarray | None = None) -> LockstepSampler:
+def sampler(
+    pool: SimulatorPool,
+    runner: PolicyRunner,
+    dealer: ClipDealer,
+    *,
+    samples_per_iteration: int,
+    alpha: float,
+    t_max: int,
+    stall_timeout_s: float,
+    slots: np.ndarray | None = None,
+) -> LockstepSampler:
     """The registry's constructor (broker/samplers/__init__.py)."""
-    return LockstepSampler(pool, runner, dealer, Dpsa(alpha, t_max), samples_per_iteration=samples_per_iteration,
-                           stall_timeout_s=stall_timeout_s, slots=slots)
+    return LockstepSampler(
+        pool,
+        runner,
+        dealer,
+        Dpsa(alpha, t_max),
+        samples_per_iteration=samples_per_iteration,
+        stall_timeout_s=stall_timeout_s,
+        slots=slots,
+    )

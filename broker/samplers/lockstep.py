@@ -168,8 +168,10 @@ class LockstepSampler:
             if stats.valid > last_valid:
                 last_valid, last_progress = stats.valid, time.monotonic()
             elif time.monotonic() - last_progress > self.stall_timeout_s:
-                raise SamplingError(f"no valid step for {self.stall_timeout_s:g} s; simulators: "
-                                    + "; ".join(f"{s.address} up={s.up} {s.last_error}" for s in self.pool.servers))
+                raise SamplingError(
+                    f"no valid step for {self.stall_timeout_s:g} s; simulators: "
+                    + "; ".join(f"{s.address} up={s.up} {s.last_error}" for s in self.pool.servers)
+                )
             up = self._up()
             acting = self.live & up
             if not acting.any():
@@ -236,8 +238,15 @@ class LockstepSampler:
         stats.wall_s = time.perf_counter() - started
         return batch, stats
 
-    def _fault(self, row: int, idx: np.ndarray, failed: np.ndarray, values: np.ndarray, recorder: RolloutRecorder,
-               stats: IterationStats) -> None:
+    def _fault(
+        self,
+        row: int,
+        idx: np.ndarray,
+        failed: np.ndarray,
+        values: np.ndarray,
+        recorder: RolloutRecorder,
+        stats: IterationStats,
+    ) -> None:
         """Slots whose server failed at this row: padding from here; their open previous step is bootstrapped."""
         for j in np.flatnonzero(failed):
             s = int(idx[j])

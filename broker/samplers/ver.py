@@ -56,8 +56,9 @@ class InferenceBatcher:
         self.passes += 1
         for j, (_, future) in enumerate(pending):
             if not future.cancelled():
-                future.set_result((decision.actions[j], decision.env_actions[j], decision.logprobs[j],
-                                   decision.values[j]))
+                future.set_result(
+                    (decision.actions[j], decision.env_actions[j], decision.logprobs[j], decision.values[j])
+                )
 
 
 @dataclass
@@ -79,8 +80,16 @@ class _Segment:
 
 
 class VerSampler:
-    def __init__(self, pool: SimulatorPool, runner: PolicyRunner, dealer: ClipDealer, *, samples_per_iteration: int,
-                 stall_timeout_s: float = 60.0, slots: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        pool: SimulatorPool,
+        runner: PolicyRunner,
+        dealer: ClipDealer,
+        *,
+        samples_per_iteration: int,
+        stall_timeout_s: float = 60.0,
+        slots: np.ndarray | None = None,
+    ) -> None:
         self.pool, self.runner, self.dealer = pool, runner, dealer
         self.samples_per_iteration = samples_per_iteration
         self.stall_timeout_s = stall_timeout_s
@@ -149,17 +158,24 @@ class VerSampler:
                     self.live[s] = False
                     stats.faults += 1
                     continue
-                seg.obs.append(self.obs[s].copy()); seg.actions.append(action); seg.logprobs.append(logprob)
-                seg.values.append(value); seg.rewards.append(float(r.rewards[0]))
+                seg.obs.append(self.obs[s].copy())
+                seg.actions.append(action)
+                seg.logprobs.append(logprob)
+                seg.values.append(value)
+                seg.rewards.append(float(r.rewards[0]))
                 term, trunc = bool(r.terminated[0]), bool(r.truncated[0])
-                seg.terminated.append(term); seg.truncated.append(trunc and not term)
+                seg.terminated.append(term)
+                seg.truncated.append(trunc and not term)
                 self.episode_len[s] += 1
                 self.obs[s] = r.observations[0]
                 if term or trunc:
                     if not term:
                         seg.bootstrap_obs[len(seg.obs) - 1] = self.obs[s].copy()
-                    stats.record_episode(int(self.episode_len[s]), "terminated" if term else "clip_end",
-                                         r.episodes.get(int(self.slots[s])))
+                    stats.record_episode(
+                        int(self.episode_len[s]),
+                        "terminated" if term else "clip_end",
+                        r.episodes.get(int(self.slots[s])),
+                    )
                     self.live[s] = False
 
         await asyncio.gather(*(slot_loop(s) for s in range(n)))
@@ -196,7 +212,8 @@ class VerSampler:
         at, obs = [], []
         for offset, seg in zip(offsets, parts):
             for i, o in seg.bootstrap_obs.items():
-                at.append(offset + i); obs.append(o)
+                at.append(offset + i)
+                obs.append(o)
             for i, v in seg.bootstrap_value.items():
                 bootstrap[offset + i] = v
         if at:
@@ -207,8 +224,18 @@ class VerSampler:
         return {k: v.reshape(v.shape[0], 1, *v.shape[1:]) for k, v in batch.items()}
 
 
-def sampler(pool: SimulatorPool, runner: PolicyRunner, dealer: ClipDealer, *, samples_per_iteration: int,
-            alpha: float, t_max: int, stall_timeout_s: float, slots: np.ndarray | None = None) -> VerSampler:
+def sampler(
+    pool: SimulatorPool,
+    runner: PolicyRunner,
+    dealer: ClipDealer,
+    *,
+    samples_per_iteration: int,
+    alpha: float,
+    t_max: int,
+    stall_timeout_s: float,
+    slots: np.ndarray | None = None,
+) -> VerSampler:
     """The registry's constructor (broker/samplers/__init__.py); alpha and t_max are DPSA's, unused here."""
-    return VerSampler(pool, runner, dealer, samples_per_iteration=samples_per_iteration,
-                      stall_timeout_s=stall_timeout_s, slots=slots)
+    return VerSampler(
+        pool, runner, dealer, samples_per_iteration=samples_per_iteration, stall_timeout_s=stall_timeout_s, slots=slots
+    )

@@ -29,14 +29,23 @@ async def measure_lengths(cfg: SamplingBenchConfig, log=print) -> list[dict]:
     async with simulator_pool(cfg, "off") as pool:
         for policy, (hidden, weights) in fixed_policies(cfg, pool).items():
             for mode in cfg.modes:
-                for clips in (cfg.clips if mode != "sc" else (1,)):
+                for clips in cfg.clips if mode != "sc" else (1,):
                     started = time.perf_counter()
                     summary = await measure_mode(
-                        cfg, pool, runner_for(pool, hidden, weights, cfg.seed), mode, clips, cfg.seed,
-                        warmup_samples=cfg.length_warmup_steps * clips, samples=cfg.length_samples)
+                        cfg,
+                        pool,
+                        runner_for(pool, hidden, weights, cfg.seed),
+                        mode,
+                        clips,
+                        cfg.seed,
+                        warmup_samples=cfg.length_warmup_steps * clips,
+                        samples=cfg.length_samples,
+                    )
                     rows.append(length_row(policy, mode, clips, summary))
-                    log(f"episode length {policy:>7} {mode:>9} clips={clips:<3}: mean {rows[-1]['mean']:.1f} "
-                        f"over {rows[-1]['episodes']} episodes ({time.perf_counter() - started:.1f} s)")
+                    log(
+                        f"episode length {policy:>7} {mode:>9} clips={clips:<3}: mean {rows[-1]['mean']:.1f} "
+                        f"over {rows[-1]['episodes']} episodes ({time.perf_counter() - started:.1f} s)"
+                    )
     reference = {r["policy"]: r for r in rows if r["mode"] == "sc"}
     for row in rows:
         sc = reference.get(row["policy"])

@@ -73,7 +73,10 @@ def measure_async_vector(
     and forks every env from it (Python 3.14's default start method on Linux).
     """
     if num_envs < 1 or servers < 1 or samples < 1 or warmup_samples < 0:
-        raise ValueError(f"{num_envs=}, {servers=}, {samples=}, {warmup_samples=}: need num_envs, servers, samples >= 1, warmup_samples >= 0")
+        raise ValueError(
+            f"{num_envs=}, {servers=}, {samples=}, {warmup_samples=}: "
+            "need num_envs, servers, samples >= 1, warmup_samples >= 0"
+        )
     cost = cost_model_config(preset)
     train_clips = ClipDealer(num_clips, holdout_every=holdout_every, seed=seed).train_clips
 
@@ -99,7 +102,12 @@ def measure_async_vector(
         # Returns once every env process has built its env (it checks their spaces).
         vector = gym.vector.AsyncVectorEnv(env_fns, context=context, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         startup_s = time.perf_counter() - started
-        runner = PolicyRunner(space_spec(vector.single_observation_space), space_spec(vector.single_action_space), tuple(hidden_sizes), seed=seed)
+        runner = PolicyRunner(
+            space_spec(vector.single_observation_space),
+            space_spec(vector.single_action_space),
+            tuple(hidden_sizes),
+            seed=seed,
+        )
         if policy_weights is not None:
             runner.load(0, policy_weights)
 
@@ -123,7 +131,9 @@ def measure_async_vector(
     # `time_efficiency` stays the critical-path estimate, defined like the broker's lock-step
     # modes (a vector step waits for every env), so the table compares like with like.
     summary["time_efficiency_critical_path"] = summary["time_efficiency"]
-    summary["time_efficiency_env_sum"] = env_step_s / (env_step_s + env_reset_s) if env_step_s + env_reset_s > 0 else 1.0
+    summary["time_efficiency_env_sum"] = (
+        env_step_s / (env_step_s + env_reset_s) if env_step_s + env_reset_s > 0 else 1.0
+    )
     summary.update(
         env_step_s_sum=env_step_s,
         env_reset_s_sum=env_reset_s,

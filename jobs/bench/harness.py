@@ -53,11 +53,14 @@ class SamplingBenchConfig:
         if not self.clips or min(self.clips) < 1:
             raise ValueError(f"clips {list(self.clips)}: give clip counts >= 1, e.g. 5,10,20,30")
         if self.servers < 1 or self.repeats < 1 or self.samples < 1:
-            raise ValueError(f"servers={self.servers}, repeats={self.repeats}, samples={self.samples}: "
-                             "each must be >= 1")
+            raise ValueError(
+                f"servers={self.servers}, repeats={self.repeats}, samples={self.samples}: each must be >= 1"
+            )
         if self.length_samples < 0 or self.length_warmup_steps < 0:
-            raise ValueError(f"length_samples={self.length_samples}, length_warmup_steps={self.length_warmup_steps}: "
-                             "each must be >= 0 (length_samples 0 skips the episode-length measurement)")
+            raise ValueError(
+                f"length_samples={self.length_samples}, length_warmup_steps={self.length_warmup_steps}: "
+                "each must be >= 0 (length_samples 0 skips the episode-length measurement)"
+            )
         from sim_server.cost_model import PRESETS
 
         bad = [p for p in self.presets if p not in PRESETS]
@@ -67,8 +70,9 @@ class SamplingBenchConfig:
 
         check_env_spec(self.env)
         if self.env != "takeover" and self.gym_reference:
-            raise ValueError(f"env={self.env}: the Gymnasium reference wraps the takeover workload; "
-                             "pass --no-gym-reference")
+            raise ValueError(
+                f"env={self.env}: the Gymnasium reference wraps the takeover workload; pass --no-gym-reference"
+            )
 
 
 def spread_slots(pool: SimulatorPool, count: int) -> np.ndarray:
@@ -91,8 +95,9 @@ def fixed_policies(cfg: SamplingBenchConfig, pool: SimulatorPool) -> dict[str, t
 
         checkpoint = load_latest(cfg.checkpoint_dir)
         if checkpoint is None:
-            raise ValueError(f"checkpoint_dir {cfg.checkpoint_dir} holds no checkpoint; "
-                             "give a fast train run's checkpoints/")
+            raise ValueError(
+                f"checkpoint_dir {cfg.checkpoint_dir} holds no checkpoint; give a fast train run's checkpoints/"
+            )
         policies["trained"] = (tuple(checkpoint.hidden_sizes), policy_weights(checkpoint))
     return policies
 
@@ -104,13 +109,30 @@ def runner_for(pool: SimulatorPool, hidden: tuple[int, ...], weights: bytes | No
     return runner
 
 
-async def measure_mode(cfg: SamplingBenchConfig, pool: SimulatorPool, runner: PolicyRunner, mode: str, clips: int,
-                       seed: int, *, warmup_samples: int, samples: int) -> dict:
+async def measure_mode(
+    cfg: SamplingBenchConfig,
+    pool: SimulatorPool,
+    runner: PolicyRunner,
+    mode: str,
+    clips: int,
+    seed: int,
+    *,
+    warmup_samples: int,
+    samples: int,
+) -> dict:
     """A fresh sampler of `mode` on `clips` slots: one warm-up iteration, then the measured one's summary."""
     slots = spread_slots(pool, clips)
     dealer = ClipDealer(pool.num_clips, holdout_every=cfg.holdout_every, seed=seed)
-    sampler = make_sampler(mode, pool, runner, dealer, samples_per_iteration=max(warmup_samples, 1),
-                           alpha=cfg.alpha, t_max=cfg.t_max, slots=slots)
+    sampler = make_sampler(
+        mode,
+        pool,
+        runner,
+        dealer,
+        samples_per_iteration=max(warmup_samples, 1),
+        alpha=cfg.alpha,
+        t_max=cfg.t_max,
+        slots=slots,
+    )
     await sampler.sample()
     sampler.samples_per_iteration = samples
     _, stats = await sampler.sample()

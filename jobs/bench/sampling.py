@@ -32,8 +32,14 @@ from jobs.bench.harness import SamplingBenchConfig, fixed_policies, measure_mode
 GYM_REFERENCE = "gym-async"  # Gymnasium AsyncVectorEnv with per-env autoreset (jobs/bench/gym_reference.py)
 # The figures a table row carries, from IterationStats.summary().
 METRICS = (
-    "sampling_time_s", "raw_throughput", "validity", "time_efficiency", "effective_throughput",
-    "episode_length_mean", "global_resets_per_1k_valid", "slot_resets_per_1k_valid",
+    "sampling_time_s",
+    "raw_throughput",
+    "validity",
+    "time_efficiency",
+    "effective_throughput",
+    "episode_length_mean",
+    "global_resets_per_1k_valid",
+    "slot_resets_per_1k_valid",
 )
 
 
@@ -51,7 +57,12 @@ async def _run_preset(cfg: SamplingBenchConfig, preset: str, log) -> list[Measur
     measurements: list[Measurement] = []
     async with simulator_pool(cfg, preset) as pool:
         policies = fixed_policies(cfg, pool)
-        plan = [(policy, mode, n) for policy in policies for mode in cfg.modes for n in (cfg.clips if mode != "sc" else (1,))]
+        plan = [
+            (policy, mode, n)
+            for policy in policies
+            for mode in cfg.modes
+            for n in (cfg.clips if mode != "sc" else (1,))
+        ]
         if cfg.gym_reference:
             plan += [(policy, GYM_REFERENCE, n) for policy in policies for n in cfg.clips]
         rng = np.random.default_rng(cfg.seed)
@@ -63,15 +74,27 @@ async def _run_preset(cfg: SamplingBenchConfig, preset: str, log) -> list[Measur
                 if mode == GYM_REFERENCE:
                     from jobs.bench.gym_reference import measure_async_vector
 
-                    summary = measure_async_vector(n, cfg.servers, preset, weights, hidden, cfg.samples, cfg.seed + repeat)
+                    summary = measure_async_vector(
+                        n, cfg.servers, preset, weights, hidden, cfg.samples, cfg.seed + repeat
+                    )
                 else:
                     runner = runner_for(pool, hidden, weights, cfg.seed + repeat)
-                    summary = await measure_mode(cfg, pool, runner, mode, n, cfg.seed + repeat,
-                                                 warmup_samples=cfg.warmup_samples, samples=cfg.samples)
+                    summary = await measure_mode(
+                        cfg,
+                        pool,
+                        runner,
+                        mode,
+                        n,
+                        cfg.seed + repeat,
+                        warmup_samples=cfg.warmup_samples,
+                        samples=cfg.samples,
+                    )
                 measurements.append(Measurement(preset, policy, mode, n, repeat, summary))
-                log(f"{preset:>10} {policy:>7} {mode:>9} clips={n:<3} repeat {repeat + 1}/{cfg.repeats}: "
+                log(
+                    f"{preset:>10} {policy:>7} {mode:>9} clips={n:<3} repeat {repeat + 1}/{cfg.repeats}: "
                     f"effective {summary['effective_throughput']:,.0f}/s, eta {summary['validity']:.2f}, "
-                    f"time efficiency {summary['time_efficiency']:.3f} ({time.perf_counter() - started:.1f} s)")
+                    f"time efficiency {summary['time_efficiency']:.3f} ({time.perf_counter() - started:.1f} s)"
+                )
     return measurements
 
 
@@ -81,10 +104,16 @@ def aggregate(measurements: list[Measurement]) -> list[dict]:
     for m in measurements:
         groups.setdefault((m.preset, m.policy, m.mode, m.clips), []).append(m)
     rows = []
-    for (preset, policy, mode, clips), ms in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][3], kv[0][2])):
+    for (preset, policy, mode, clips), ms in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][3], kv[0][2])
+    ):
         row = {"preset": preset, "policy": policy, "mode": mode, "clips": clips, "repeats": len(ms)}
         for key in METRICS:
-            values = [m.summary[key] for m in ms if isinstance(m.summary.get(key), (int, float)) and math.isfinite(m.summary[key])]
+            values = [
+                m.summary[key]
+                for m in ms
+                if isinstance(m.summary.get(key), (int, float)) and math.isfinite(m.summary[key])
+            ]
             row[key] = statistics.median(values) if values else float("nan")
         lengths = [x for m in ms for x in m.summary.get("episode_lengths", [])]
         row["episode_length_p10_p50_p90"] = [float(np.percentile(lengths, q)) for q in (10, 50, 90)] if lengths else []

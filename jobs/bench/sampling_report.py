@@ -29,8 +29,9 @@ def write_table(result: dict, path: Path) -> None:
         f"Workload `{cfg.get('env', 'takeover')}`, simulator costs emulated by the cost model on top of the "
         f"workload's own (presets: {', '.join(cfg['presets'])}; `off` means only the simulator's real costs; "
         f"docs/cost_model.md), {cfg['servers']} simulator server processes, {cfg['samples']} valid transitions per "
-        f"measured iteration after a warm-up, medians of {cfg['repeats']} interleaved repeats, FAST alpha={cfg['alpha']} "
-        f"t_max={cfg['t_max']}. `sc` steps one slot and is the reference for speedups. `gym-async` is Gymnasium's "
+        f"measured iteration after a warm-up, medians of {cfg['repeats']} interleaved repeats, "
+        f"FAST alpha={cfg['alpha']} t_max={cfg['t_max']}. "
+        "`sc` steps one slot and is the reference for speedups. `gym-async` is Gymnasium's "
         "AsyncVectorEnv with per-environment autoreset on the same workload, clips, costs and policy. "
         f"Whole run: {result['wall_clock_s'] / 60:.1f} min. Metrics: docs/metrics.md.",
         "",
@@ -49,7 +50,8 @@ def write_table(result: dict, path: Path) -> None:
                 if r["preset"] != preset or r["policy"] != policy:
                     continue
                 lines.append(
-                    f"| {r['mode']} | {r['clips']} | {_fmt(r['sampling_time_s'], 2)} | {_fmt(r['speedup_vs_sc'], 2)}x | "
+                    f"| {r['mode']} | {r['clips']} | {_fmt(r['sampling_time_s'], 2)} | "
+                    f"{_fmt(r['speedup_vs_sc'], 2)}x | "
                     f"{_fmt(r['raw_throughput'], 0)} | {_fmt(r['validity'], 3)} | {_fmt(r['time_efficiency'], 4)} | "
                     f"{_fmt(r['effective_throughput'], 0)} | {_fmt(r['episode_length_mean'], 1)} "
                     f"({_fmt(r['episode_length_vs_sc'], 2)}) | {_fmt(r['global_resets_per_1k_valid'], 2)} |"
@@ -62,8 +64,11 @@ def write_table(result: dict, path: Path) -> None:
 def _length_section(result: dict) -> list[str]:
     rows = result.get("episode_length") or []
     if not rows:
-        return ["The timed window's episode lengths above are biased short for multi-slot modes; "
-                "this run skipped the steady-state length measurement (length_samples 0).", ""]
+        return [
+            "The timed window's episode lengths above are biased short for multi-slot modes; "
+            "this run skipped the steady-state length measurement (length_samples 0).",
+            "",
+        ]
     cfg = result["config"]
     lines = [
         "## Episode length in steady state",
@@ -87,8 +92,10 @@ def _length_section(result: dict) -> list[str]:
             if r["policy"] != policy:
                 continue
             percentiles = " / ".join(_fmt(q, 0) for q in r["p10_p50_p90"]) or "-"
-            lines.append(f"| {r['mode']} | {r['clips']} | {r['episodes']} | {_fmt(r['mean'], 1)} | "
-                         f"{_fmt(r['mean_vs_sc'], 2)} | {percentiles} | {_fmt(100 * r['cut_share'], 0)}% |")
+            lines.append(
+                f"| {r['mode']} | {r['clips']} | {r['episodes']} | {_fmt(r['mean'], 1)} | "
+                f"{_fmt(r['mean_vs_sc'], 2)} | {percentiles} | {_fmt(100 * r['cut_share'], 0)}% |"
+            )
         lines.append("")
     return lines
 

@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from broker.dealer import HOLDOUT_EVERY
-from jobs.bench.learning_curve import evaluate_checkpoints, time_to_target
 from jobs.bench.harness import MODES
+from jobs.bench.learning_curve import evaluate_checkpoints, time_to_target
 from jobs.simulators import Workload, simulator_servers
 from learner.checkpoint import prune_checkpoints
 
@@ -57,8 +57,14 @@ class TrainBenchConfig:
         unknown = [m for m in self.modes if m not in MODES]
         if unknown:
             raise ValueError(f"modes {unknown} are unknown; use some of {', '.join(MODES)}")
-        counts = {"clips": self.clips, "seeds": self.seeds, "servers": self.servers, "iterations": self.iterations,
-                  "checkpoint_every": self.checkpoint_every, "eval_episodes_per_clip": self.eval_episodes_per_clip}
+        counts = {
+            "clips": self.clips,
+            "seeds": self.seeds,
+            "servers": self.servers,
+            "iterations": self.iterations,
+            "checkpoint_every": self.checkpoint_every,
+            "eval_episodes_per_clip": self.eval_episodes_per_clip,
+        }
         low = [f"{name}={value}" for name, value in counts.items() if value < 1]
         if low:
             raise ValueError(f"{', '.join(low)}: each must be >= 1")
@@ -71,12 +77,14 @@ def training_curve(metrics_path: Path, smooth: int) -> tuple[np.ndarray, np.ndar
         return np.zeros(0), np.zeros(0)
     start = lines[0]["time"] - lines[0]["iteration_time_s"]
     t = np.array([m["time"] - start for m in lines])
-    r = np.array([m["episode_return_mean"] if isinstance(m.get("episode_return_mean"), (int, float)) else np.nan for m in lines])
+    r = np.array(
+        [m["episode_return_mean"] if isinstance(m.get("episode_return_mean"), (int, float)) else np.nan for m in lines]
+    )
     # Forward-fill iterations in which no episode ended, then a trailing moving average.
     for i in range(1, r.size):
         if not math.isfinite(r[i]):
             r[i] = r[i - 1]
-    smoothed = np.array([np.nanmean(r[max(0, i - smooth + 1): i + 1]) for i in range(r.size)])
+    smoothed = np.array([np.nanmean(r[max(0, i - smooth + 1) : i + 1]) for i in range(r.size)])
     return t, smoothed
 
 
@@ -91,8 +99,18 @@ def run(cfg: TrainBenchConfig, out_dir: Path, log=print) -> dict:
     with simulator_servers(Workload("takeover", (), HOLDOUT_EVERY), cfg.servers, slots) as evaluators:
         for seed in range(cfg.seeds):
             for mode in cfg.modes:
-                records.append(_train_and_evaluate(cfg, mode, seed, runs_dir, slots, [s.address for s in evaluators], log,
-                                                   f"{len(records) + 1}/{cfg.seeds * len(cfg.modes)}"))
+                records.append(
+                    _train_and_evaluate(
+                        cfg,
+                        mode,
+                        seed,
+                        runs_dir,
+                        slots,
+                        [s.address for s in evaluators],
+                        log,
+                        f"{len(records) + 1}/{cfg.seeds * len(cfg.modes)}",
+                    )
+                )
     summary = summarize(records, cfg)
     result = {"config": cfg.__dict__, "wall_clock_s": time.time() - started, "summary": summary, "runs": records}
     (out_dir / "train.json").write_text(json.dumps(result, indent=1))
@@ -110,35 +128,75 @@ def rewrite_report(out_dir: Path) -> dict:
         cfg = TrainBenchConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in result["config"].items()})
         result["summary"] = summarize(result["runs"], cfg)
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"{path} is not the train.json of a finished `fast bench train` "
-                         f"({type(exc).__name__}: {exc}); rerun the benchmark") from None
+        raise ValueError(
+            f"{path} is not the train.json of a finished `fast bench train` "
+            f"({type(exc).__name__}: {exc}); rerun the benchmark"
+        ) from None
     path.write_text(json.dumps(result, indent=1))
     write_report(result, Path(out_dir))
     return result
 
 
-def _train_and_evaluate(cfg: TrainBenchConfig, mode: str, seed: int, runs_dir: Path, slots: int,
-                        evaluators: list[str], log, progress: str) -> dict:
+def _train_and_evaluate(
+    cfg: TrainBenchConfig, mode: str, seed: int, runs_dir: Path, slots: int, evaluators: list[str], log, progress: str
+) -> dict:
     name = f"{mode}-s{seed}"
     run_dir = runs_dir / name
-    cmd = [sys.executable, "-m", "fast", "train", "--mode", mode, "--seed", str(seed), "--servers", str(cfg.servers),
-           "--slots", str(slots), "--cost-preset", cfg.preset, "--iterations", str(cfg.iterations),
-           "--samples-per-iteration", str(cfg.samples_per_iteration), "--update-epochs", str(cfg.update_epochs),
-           "--checkpoint-every", str(cfg.checkpoint_every), "--keep-checkpoints", str(cfg.iterations + 2),
-           "--eval-episodes-per-clip", "0", "--name", name, "--runs-dir", str(runs_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fast",
+        "train",
+        "--mode",
+        mode,
+        "--seed",
+        str(seed),
+        "--servers",
+        str(cfg.servers),
+        "--slots",
+        str(slots),
+        "--cost-preset",
+        cfg.preset,
+        "--iterations",
+        str(cfg.iterations),
+        "--samples-per-iteration",
+        str(cfg.samples_per_iteration),
+        "--update-epochs",
+        str(cfg.update_epochs),
+        "--checkpoint-every",
+        str(cfg.checkpoint_every),
+        "--keep-checkpoints",
+        str(cfg.iterations + 2),
+        "--eval-episodes-per-clip",
+        "0",
+        "--name",
+        name,
+        "--runs-dir",
+        str(runs_dir),
+    ]
     log(f"fast train {name} ({progress})")
     t0 = time.perf_counter()
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise RuntimeError(f"fast train {name} exited {done.returncode}: {done.stdout[-2000:]}")
-    points = asyncio.run(evaluate_checkpoints(evaluators, run_dir, holdout_every=HOLDOUT_EVERY,
-                                              episodes_per_clip=cfg.eval_episodes_per_clip, seed=cfg.eval_seed))
+    points = asyncio.run(
+        evaluate_checkpoints(
+            evaluators,
+            run_dir,
+            holdout_every=HOLDOUT_EVERY,
+            episodes_per_clip=cfg.eval_episodes_per_clip,
+            seed=cfg.eval_seed,
+        )
+    )
     prune_checkpoints(run_dir / "checkpoints", keep=1)
     t, smoothed = training_curve(run_dir / "metrics.jsonl", cfg.smooth)
     reached = time_to_target(points, cfg.target_return)
     record = {
-        "mode": mode, "seed": seed, "run_dir": str(run_dir), "wall_clock_s": wall,
+        "mode": mode,
+        "seed": seed,
+        "run_dir": str(run_dir),
+        "wall_clock_s": wall,
         "training_s": float(t[-1]) if t.size else float("nan"),
         "time_to_target_s": reached[0] if reached else None,
         "transitions_to_target": reached[1] if reached else None,
@@ -147,8 +205,10 @@ def _train_and_evaluate(cfg: TrainBenchConfig, mode: str, seed: int, runs_dir: P
         "eval_curve": points,
         "training_curve": {"t": t.tolist(), "return": smoothed.tolist()},
     }
-    log(f"  {name}: {wall:.0f} s, held-out return {record['initial_return']:.1f} -> {record['final_return']:.1f}, "
-        f"time to {cfg.target_return:g}: {record['time_to_target_s']}")
+    log(
+        f"  {name}: {wall:.0f} s, held-out return {record['initial_return']:.1f} -> {record['final_return']:.1f}, "
+        f"time to {cfg.target_return:g}: {record['time_to_target_s']}"
+    )
     return record
 
 
@@ -161,6 +221,7 @@ def summarize(records: list[dict], cfg: TrainBenchConfig) -> list[dict]:
     runs reached the target. The speedup against SC is exact when both medians are, a lower
     bound ("at least") when only SC's is censored, and unknown when the mode's is.
     """
+
     def median(values):
         values = [v for v in values if v is not None]
         return float(np.median(values)) if values else None
@@ -171,33 +232,48 @@ def summarize(records: list[dict], cfg: TrainBenchConfig) -> list[dict]:
         reached = [r for r in runs if r["time_to_target_s"] is not None]
         exact = len(reached) == len(runs)  # a median over the runs that got there would flatter the mode
         final = [r["eval_curve"][-1] for r in runs if r["eval_curve"]]
-        rows.append({
-            "mode": mode,
-            "runs": len(runs),
-            "reached_target": len(reached),
-            "time_to_target_median_s": median([r["time_to_target_s"] if r["time_to_target_s"] is not None
-                                               else r["training_s"] for r in runs]),
-            "time_to_target_exact": exact,
-            "transitions_to_target_median": median([r["transitions_to_target"] for r in runs]) if exact else None,
-            "training_s_median": median([r["training_s"] for r in runs]),
-            "initial_return_median": median([r["initial_return"] for r in runs]),
-            "final_return_median": median([r["final_return"] for r in runs]),
-            "final_collided_median": median([p.get("collided_rate") for p in final]),
-            "final_off_road_median": median([p.get("off_road_rate") for p in final]),
-        })
+        rows.append(
+            {
+                "mode": mode,
+                "runs": len(runs),
+                "reached_target": len(reached),
+                "time_to_target_median_s": median(
+                    [r["time_to_target_s"] if r["time_to_target_s"] is not None else r["training_s"] for r in runs]
+                ),
+                "time_to_target_exact": exact,
+                "transitions_to_target_median": median([r["transitions_to_target"] for r in runs]) if exact else None,
+                "training_s_median": median([r["training_s"] for r in runs]),
+                "initial_return_median": median([r["initial_return"] for r in runs]),
+                "final_return_median": median([r["final_return"] for r in runs]),
+                "final_collided_median": median([p.get("collided_rate") for p in final]),
+                "final_off_road_median": median([p.get("off_road_rate") for p in final]),
+            }
+        )
     sc = next((row for row in rows if row["mode"] == "sc"), None)
     for row in rows:
-        row["speedup_training_vs_sc"] = (sc["training_s_median"] / row["training_s_median"]
-                                         if sc and sc["training_s_median"] and row["training_s_median"] else None)
-        known = sc is not None and row["time_to_target_exact"] and sc["time_to_target_median_s"] and row["time_to_target_median_s"]
-        row["speedup_to_target_vs_sc"] = sc["time_to_target_median_s"] / row["time_to_target_median_s"] if known else None
+        row["speedup_training_vs_sc"] = (
+            sc["training_s_median"] / row["training_s_median"]
+            if sc and sc["training_s_median"] and row["training_s_median"]
+            else None
+        )
+        known = (
+            sc is not None
+            and row["time_to_target_exact"]
+            and sc["time_to_target_median_s"]
+            and row["time_to_target_median_s"]
+        )
+        row["speedup_to_target_vs_sc"] = (
+            sc["time_to_target_median_s"] / row["time_to_target_median_s"] if known else None
+        )
         row["speedup_to_target_is_lower_bound"] = bool(known and not sc["time_to_target_exact"])
     return rows
 
 
 def mean_curve(records: list[dict]) -> dict[str, list[float]]:
     """The seeds' mean curve of one mode at the versions every run evaluated."""
-    versions = sorted(set.intersection(*(set(p["version"] for p in r["eval_curve"]) for r in records))) if records else []
+    versions = (
+        sorted(set.intersection(*(set(p["version"] for p in r["eval_curve"]) for r in records))) if records else []
+    )
     out = {"version": versions, "time_s": [], "transitions": [], "return_mean": []}
     for version in versions:
         points = [next(p for p in r["eval_curve"] if p["version"] == version) for r in records]
@@ -218,56 +294,76 @@ def write_report(result: dict, out_dir: Path) -> None:
         records = [r for r in result["runs"] if r["mode"] == mode]
         for ax, x in zip(axes, ("time_s", "transitions")):
             for record in records:
-                ax.plot([p[x] for p in record["eval_curve"]], [p["return_mean"] for p in record["eval_curve"]],
-                        color=f"C{i}", alpha=0.3, linewidth=0.8)
+                ax.plot(
+                    [p[x] for p in record["eval_curve"]],
+                    [p["return_mean"] for p in record["eval_curve"]],
+                    color=f"C{i}",
+                    alpha=0.3,
+                    linewidth=0.8,
+                )
             mean = mean_curve(records)
             ax.plot(mean[x], mean["return_mean"], color=f"C{i}", linewidth=2, marker="o", markersize=3, label=mode)
     for ax, label in zip(axes, ("wall-clock since training began (s)", "valid transitions sampled")):
-        ax.axhline(cfg["target_return"], color="grey", linestyle="--", linewidth=1, label=f"target {cfg['target_return']:g}")
+        ax.axhline(
+            cfg["target_return"], color="grey", linestyle="--", linewidth=1, label=f"target {cfg['target_return']:g}"
+        )
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(f"held-out return ({cfg['eval_episodes_per_clip']} episodes per held-out clip)")
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"{cfg['clips']} clips, cost preset {cfg['preset']}, {cfg['seeds']} seeds: "
-                 "thin lines are seeds, thick their mean")
+    fig.suptitle(
+        f"{cfg['clips']} clips, cost preset {cfg['preset']}, {cfg['seeds']} seeds: "
+        "thin lines are seeds, thick their mean"
+    )
     fig.tight_layout()
     fig.savefig(out_dir / "train_curves.png", dpi=90)
     plt.close(fig)
 
     def fmt(value, digits=1):
-        return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{value:,.{digits}f}"
+        return (
+            "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{value:,.{digits}f}"
+        )
 
-    costs = ("no emulated simulator cost: the workload's own compute and the gRPC transport" if cfg["preset"] == "off"
-             else "simulator costs **emulated**, docs/cost_model.md")
+    costs = (
+        "no emulated simulator cost: the workload's own compute and the gRPC transport"
+        if cfg["preset"] == "off"
+        else "simulator costs **emulated**, docs/cost_model.md"
+    )
     lines = [
         "# Training benchmark",
         "",
         f"`fast train` per mode and seed: {cfg['clips']} clips over {cfg['servers']} servers, cost preset "
         f"`{cfg['preset']}` ({costs}), {cfg['iterations']} iterations of "
-        f"{cfg['samples_per_iteration']} valid transitions, {cfg['update_epochs']} PPO epochs, seeds 0-{cfg['seeds'] - 1}. "
+        f"{cfg['samples_per_iteration']} valid transitions, {cfg['update_epochs']} PPO epochs, "
+        f"seeds 0-{cfg['seeds'] - 1}. "
         f"Every {cfg['checkpoint_every']}th policy version played deterministically on the same held-out episodes "
-        f"({cfg['eval_episodes_per_clip']} per held-out clip, evaluation seed {cfg['eval_seed']}), after the run, off its clock. "
+        f"({cfg['eval_episodes_per_clip']} per held-out clip, evaluation seed {cfg['eval_seed']}), "
+        "after the run, off its clock. "
         f"Target: held-out return {cfg['target_return']:g}. Whole benchmark {result['wall_clock_s'] / 60:.1f} min.",
         "",
-        "| mode | runs | reached target | time to target (median s) | speedup to target vs SC | transitions to target (median) "
-        "| training s (median) | training speedup vs SC | held-out return: initial -> final (median) | final collided | final off-road |",
+        "| mode | runs | reached target | time to target (median s) | speedup to target vs SC "
+        "| transitions to target (median) | training s (median) | training speedup vs SC "
+        "| held-out return: initial -> final (median) | final collided | final off-road |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
     for row in result["summary"]:
         time_to_target = ("" if row["time_to_target_exact"] else "> ") + fmt(row["time_to_target_median_s"])
-        speedup = ("at least " if row["speedup_to_target_is_lower_bound"] else "") + fmt(row["speedup_to_target_vs_sc"], 2)
+        speedup = ("at least " if row["speedup_to_target_is_lower_bound"] else "") + fmt(
+            row["speedup_to_target_vs_sc"], 2
+        )
         lines.append(
             f"| {row['mode']} | {row['runs']} | {row['reached_target']} | {time_to_target} | "
             f"{speedup} | {fmt(row['transitions_to_target_median'], 0)} | "
             f"{fmt(row['training_s_median'])} | {fmt(row['speedup_training_vs_sc'], 2)} | "
             f"{fmt(row['initial_return_median'])} -> {fmt(row['final_return_median'])} | "
-            f"{fmt(row['final_collided_median'], 2)} | {fmt(row['final_off_road_median'], 2)} |")
+            f"{fmt(row['final_collided_median'], 2)} | {fmt(row['final_off_road_median'], 2)} |"
+        )
     lines += [
         "",
         "Time to target is the wall-clock (since the run's first iteration began, updates included) of the first "
         "evaluated version whose held-out return reaches the target. A run that never reached it counts at its "
-        "training time, so a median over such runs is a lower bound (\"> x\"), and so is a speedup against an SC "
-        "whose runs did not all get there (\"at least\"). Training s is the whole run of the same number of "
+        'training time, so a median over such runs is a lower bound ("> x"), and so is a speedup against an SC '
+        'whose runs did not all get there ("at least"). Training s is the whole run of the same number of '
         "iterations and valid transitions.",
         "",
         "![held-out return against wall-clock and against transitions](train_curves.png)",

@@ -21,8 +21,10 @@ def expand_runs(spec: str, argument: str) -> list[Path]:
         if _GLOB_CHARS & set(item):
             matches = sorted(Path(m) for m in glob.glob(item) if Path(m).is_dir())
             if not matches:
-                raise ValueError(f"{argument}: {item!r} matches no directory; check the pattern (quote it so the shell "
-                                 "does not expand it first)")
+                raise ValueError(
+                    f"{argument}: {item!r} matches no directory; check the pattern (quote it so the shell "
+                    "does not expand it first)"
+                )
             paths += matches
         else:
             paths.append(Path(item))
@@ -32,8 +34,12 @@ def expand_runs(spec: str, argument: str) -> list[Path]:
 
 
 def compare_command(
-    run_a: Annotated[str, typer.Argument(
-        metavar="RUN_A", help="Group A: run directories, comma-separated, or a glob such as 'runs/fast-*'.")],
+    run_a: Annotated[
+        str,
+        typer.Argument(
+            metavar="RUN_A", help="Group A: run directories, comma-separated, or a glob such as 'runs/fast-*'."
+        ),
+    ],
     run_b: Annotated[str, typer.Argument(metavar="RUN_B", help="Group B, as RUN_A (e.g. 'runs/sc-*').")],
     episodes_per_clip: Annotated[int, typer.Option(min=1, help="Episodes per held-out clip and policy.")] = 3,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the evaluation episodes (the same for every policy).")] = 0,
@@ -54,8 +60,9 @@ def compare_command(
         groups = {run_a: expand_runs(run_a, "RUN_A"), run_b: expand_runs(run_b, "RUN_B")}
         if run_a == run_b:  # one label per group, even when a group is compared with itself
             groups = {f"A: {run_a}": groups[run_a], f"B: {run_b}": groups[run_b]}
-        result = compare(groups, episodes_per_clip=episodes_per_clip, seed=seed, servers=servers, slots=slots,
-                         out_dir=out_dir)
+        result = compare(
+            groups, episodes_per_clip=episodes_per_clip, seed=seed, servers=servers, slots=slots, out_dir=out_dir
+        )
     except (CompareError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=2) from None
@@ -63,5 +70,7 @@ def compare_command(
         typer.echo(f"error: evaluation failed: {exc}", err=True)
         raise typer.Exit(code=1) from None
     typer.echo((out_dir / "compare.md").read_text())
-    typer.echo(f"{result['covering']} of {result['total']} intervals cover zero; wrote {out_dir / 'compare.json'} "
-               f"and {out_dir / 'compare.md'}")
+    typer.echo(
+        f"{result['covering']} of {result['total']} intervals cover zero; wrote {out_dir / 'compare.json'} "
+        f"and {out_dir / 'compare.md'}"
+    )

@@ -56,12 +56,15 @@ def unit_means(values: np.ndarray | list, *, name: str = "values") -> np.ndarray
     if array.ndim == 1:
         array = array[:, None]
     if array.ndim != 2 or array.shape[1] == 0:
-        raise ValueError(f"{name}: expected [units] or [units, replicates] with at least one replicate, "
-                         f"got shape {list(array.shape)}")
+        raise ValueError(
+            f"{name}: expected [units] or [units, replicates] with at least one replicate, "
+            f"got shape {list(array.shape)}"
+        )
     if not np.isfinite(array).all():
         bad = np.argwhere(~np.isfinite(array))[0].tolist()
-        raise ValueError(f"{name}: value at [unit, replicate] = {bad} is {array[tuple(bad)]}; "
-                         "every value must be finite")
+        raise ValueError(
+            f"{name}: value at [unit, replicate] = {bad} is {array[tuple(bad)]}; every value must be finite"
+        )
     # A unit whose replicates are all equal gets that value exactly (the mean of three 0.1s is
     # not 0.1 in floating point), so a constant metric differs by exactly 0 between the groups.
     constant = array.min(axis=1) == array.max(axis=1)
@@ -94,8 +97,10 @@ def paired_difference(
     a_units = unit_means(a, name=f"{name} (group A)")
     b_units = unit_means(b, name=f"{name} (group B)")
     if a_units.size != b_units.size:
-        raise ValueError(f"{name}: group A has {a_units.size} units, group B {b_units.size}; "
-                         "the comparison is paired, so both groups must be measured on the same units")
+        raise ValueError(
+            f"{name}: group A has {a_units.size} units, group B {b_units.size}; "
+            "the comparison is paired, so both groups must be measured on the same units"
+        )
     n = a_units.size
     if n < 2:
         raise ValueError(f"{name}: the jackknife needs at least 2 units, got {n}; evaluate on more held-out clips")
@@ -109,12 +114,21 @@ def paired_difference(
         theta, se = float(d.mean()), jackknife_se(leave_one_out(d))
     t = t_quantile(1.0 - (1.0 - level) / 2.0, n - 1)
     return PairedDifference(
-        units=n, mean_a=mean_a, mean_b=mean_b, difference=theta, se=se, df=n - 1, t=t,
-        low=theta - t * se, high=theta + t * se, level=level,
+        units=n,
+        mean_a=mean_a,
+        mean_b=mean_b,
+        difference=theta,
+        se=se,
+        df=n - 1,
+        t=t,
+        low=theta - t * se,
+        high=theta + t * se,
+        level=level,
     )
 
 
 # -- Student's t ------------------------------------------------------------------------------
+
 
 def t_cdf(t: float, df: float) -> float:
     """P(T <= t) for Student's t with `df` > 0 degrees of freedom.

@@ -28,11 +28,10 @@ from broker.dealer import HOLDOUT_EVERY, holdout_clips
 from broker.evaluate import evaluate, evaluation_episodes
 from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
+from fast.spaces import SpaceSpec, describe_space, spaces_equal
 from jobs.compare.jackknife import LEVEL, PairedDifference, paired_difference, t_quantile
 from jobs.simulators import Workload, simulator_servers
-from fast.spaces import SpaceSpec
 from learner.checkpoint import Checkpoint, CheckpointError, load_latest, policy_weights
-from fast.spaces import describe_space, spaces_equal
 
 FORMAT = "jobs.compare/1"
 # Episode fields that identify the episode rather than measure the driving.
@@ -61,13 +60,15 @@ class RunInfo:
 
 # -- 1. the run directories ---------------------------------------------------------------------
 
+
 def inspect_run(path: Path, group: str) -> RunInfo:
     """Read one run directory written by `fast train`; CompareError naming it if it cannot be compared."""
     path = Path(path)
     where = f"run {path} (group {group})"
     if not path.is_dir():
-        raise CompareError(f"{where} does not exist or is not a directory; "
-                           "pass run directories written by `fast train`")
+        raise CompareError(
+            f"{where} does not exist or is not a directory; pass run directories written by `fast train`"
+        )
     config_file = path / "config.yaml"
     if not config_file.is_file():
         raise CompareError(f"{where} has no config.yaml; pass a run directory written by `fast train`")
@@ -83,8 +84,10 @@ def inspect_run(path: Path, group: str) -> RunInfo:
     except CheckpointError as exc:
         raise CompareError(f"{where}: {exc}") from None
     if checkpoint is None:
-        raise CompareError(f"{where} has no checkpoint in {path / 'checkpoints'}; the learner writes one when the run "
-                           "starts and every --checkpoint-every versions, so this run never got that far")
+        raise CompareError(
+            f"{where} has no checkpoint in {path / 'checkpoints'}; the learner writes one when the run "
+            "starts and every --checkpoint-every versions, so this run never got that far"
+        )
     holdout_every = document.get("holdout_every", HOLDOUT_EVERY)
     if isinstance(holdout_every, bool) or not isinstance(holdout_every, int) or holdout_every < 1:
         raise CompareError(f"{where}: {config_file} has holdout_every {holdout_every!r}; expected an integer >= 1")
@@ -123,26 +126,30 @@ def _catalog_args(processes: object) -> tuple[str, ...]:
         flags = {flag: value for flag, value in found if flag != "--env-kwarg"}
         kwargs = [value for flag, value in found if flag == "--env-kwarg"]
         return tuple(part for flag in sorted(flags) for part in (flag, flags[flag])) + tuple(
-            part for value in kwargs for part in ("--env-kwarg", value))
+            part for value in kwargs for part in ("--env-kwarg", value)
+        )
     return ()
 
 
 def check_runs(groups: dict[str, list[Path]]) -> dict[str, list[RunInfo]]:
     """Every run of both groups, read and checked to share one workload and one pair of spaces."""
     if len(groups) != 2:
-        raise CompareError(f"compare takes exactly two groups of runs, got {len(groups)} "
-                           f"({', '.join(groups) or 'none'})")
+        raise CompareError(
+            f"compare takes exactly two groups of runs, got {len(groups)} ({', '.join(groups) or 'none'})"
+        )
     runs: dict[str, list[RunInfo]] = {}
     for group, paths in groups.items():
         if not paths:
-            raise CompareError(f"group {group} has no run; "
-                               "pass at least one run directory (or a glob that matches one)")
+            raise CompareError(
+                f"group {group} has no run; pass at least one run directory (or a glob that matches one)"
+            )
         seen: set[Path] = set()
         for path in paths:
             resolved = Path(path).resolve()
             if resolved in seen:
-                raise CompareError(f"run {path} is listed twice in group {group}; "
-                                   "it would count twice in the group's mean")
+                raise CompareError(
+                    f"run {path} is listed twice in group {group}; it would count twice in the group's mean"
+                )
             seen.add(resolved)
         runs[group] = [inspect_run(path, group) for path in paths]
     everyone = [run for group_runs in runs.values() for run in group_runs]
@@ -165,6 +172,7 @@ def check_runs(groups: dict[str, list[Path]]) -> dict[str, list[RunInfo]]:
 
 # -- 2.-3. servers and evaluation ---------------------------------------------------------------
 
+
 async def evaluate_policies(
     addresses: list[str],
     runs: list[RunInfo],
@@ -181,12 +189,16 @@ async def evaluate_policies(
         for name in ("observation_space", "action_space"):
             served: SpaceSpec = getattr(pool, name)
             if not spaces_equal(served, getattr(reference, name)):
-                raise CompareError(f"the simulators serve {name} {describe_space(served)}, the runs' policies expect "
-                                   f"{describe_space(getattr(reference, name))} (run {runs[0].path})")
+                raise CompareError(
+                    f"the simulators serve {name} {describe_space(served)}, the runs' policies expect "
+                    f"{describe_space(getattr(reference, name))} (run {runs[0].path})"
+                )
         clips = holdout_clips(pool.num_clips, runs[0].workload.holdout_every)
         if clips.size < 2:
-            raise CompareError(f"{clips.size} held-out clip(s) among {pool.num_clips} with holdout_every="
-                               f"{runs[0].workload.holdout_every}; the jackknife over clips needs at least 2")
+            raise CompareError(
+                f"{clips.size} held-out clip(s) among {pool.num_clips} with holdout_every="
+                f"{runs[0].workload.holdout_every}; the jackknife over clips needs at least 2"
+            )
         episodes: dict[Path, list[dict]] = {}
         for run in runs:
             key = run.path.resolve()
@@ -203,12 +215,15 @@ async def evaluate_policies(
 
 # -- 4. the statistics table --------------------------------------------------------------------
 
+
 def metric_names(episode_lists: list[list[dict]]) -> list[str]:
     """Numeric fields present in every episode: the headline ones first, then the rest by name."""
     first = episode_lists[0][0]
     names = [
-        name for name, value in first.items()
-        if name not in _NOT_METRICS and isinstance(value, (int, float))
+        name
+        for name, value in first.items()
+        if name not in _NOT_METRICS
+        and isinstance(value, (int, float))
         and all(isinstance(e.get(name), (int, float)) for episodes in episode_lists for e in episodes)
     ]
     return sorted(names, key=lambda name: (_HEADLINE.index(name) if name in _HEADLINE else len(_HEADLINE), name))
@@ -226,8 +241,10 @@ def clip_matrix(episode_lists: list[list[dict]], clips: np.ndarray, episodes_per
             filled[row] += 1
     if not (filled == out.shape[1]).all():
         row = int(np.flatnonzero(filled != out.shape[1])[0])
-        raise RuntimeError(f"clip {int(clips[row])} has {int(filled[row])} episodes, expected {out.shape[1]} "
-                           f"({len(episode_lists)} runs x {episodes_per_clip})")
+        raise RuntimeError(
+            f"clip {int(clips[row])} has {int(filled[row])} episodes, expected {out.shape[1]} "
+            f"({len(episode_lists)} runs x {episodes_per_clip})"
+        )
     return out
 
 
@@ -246,15 +263,24 @@ def difference_table(
         b = clip_matrix(episodes_b, clips, episodes_per_clip, metric)
         result: PairedDifference = paired_difference(a, b, level=level, name=metric)
         table[metric] = {
-            "mean_a": result.mean_a, "mean_b": result.mean_b, "difference": result.difference, "se": result.se,
-            "ci_low": result.low, "ci_high": result.high, "covers_zero": result.covers_zero,
-            "units": result.units, "df": result.df, "t": result.t,
-            "per_clip_a": a.mean(axis=1).tolist(), "per_clip_b": b.mean(axis=1).tolist(),
+            "mean_a": result.mean_a,
+            "mean_b": result.mean_b,
+            "difference": result.difference,
+            "se": result.se,
+            "ci_low": result.low,
+            "ci_high": result.high,
+            "covers_zero": result.covers_zero,
+            "units": result.units,
+            "df": result.df,
+            "t": result.t,
+            "per_clip_a": a.mean(axis=1).tolist(),
+            "per_clip_b": b.mean(axis=1).tolist(),
         }
     return table
 
 
 # -- 5. compare ---------------------------------------------------------------------------------
+
 
 def compare(
     groups: dict[str, list[Path]],
@@ -285,8 +311,11 @@ def compare(
     out_dir.mkdir(parents=True, exist_ok=True)  # an unwritable --out fails now, not after the evaluation
 
     with simulator_servers(workload, servers, slots) as simulators:
-        clips, num_clips, episodes = asyncio.run(evaluate_policies(
-            [s.address for s in simulators], runs_a + runs_b, episodes_per_clip=episodes_per_clip, seed=seed))
+        clips, num_clips, episodes = asyncio.run(
+            evaluate_policies(
+                [s.address for s in simulators], runs_a + runs_b, episodes_per_clip=episodes_per_clip, seed=seed
+            )
+        )
 
     episodes_a = [episodes[run.path.resolve()] for run in runs_a]
     episodes_b = [episodes[run.path.resolve()] for run in runs_b]
@@ -356,8 +385,10 @@ def render_markdown(result: dict) -> str:
         "| --- | ---: | ---: | ---: | --- | --- |",
     ]
     for name, m in result["metrics"].items():
-        lines.append(f"| {name} | {_fmt(m['mean_a'])} | {_fmt(m['mean_b'])} | {_fmt(m['difference'])} | "
-                     f"[{_fmt(m['ci_low'])}, {_fmt(m['ci_high'])}] | {'yes' if m['covers_zero'] else '**no**'} |")
+        lines.append(
+            f"| {name} | {_fmt(m['mean_a'])} | {_fmt(m['mean_b'])} | {_fmt(m['difference'])} | "
+            f"[{_fmt(m['ci_low'])}, {_fmt(m['ci_high'])}] | {'yes' if m['covers_zero'] else '**no**'} |"
+        )
     lines += [
         "",
         f"**{result['covering']} of {result['total']} intervals cover zero.** An interval that covers zero means "
@@ -372,8 +403,10 @@ def render_markdown(result: dict) -> str:
     ]
     for key, group in (("A", a), ("B", b)):
         for run in group["runs"]:
-            lines.append(f"| {key} | {run['run_dir']} | {run['mode']} | {run['train_seed']} | "
-                         f"{run['policy_version']} | {Path(run['checkpoint']).name} |")
+            lines.append(
+                f"| {key} | {run['run_dir']} | {run['mode']} | {run['train_seed']} | "
+                f"{run['policy_version']} | {Path(run['checkpoint']).name} |"
+            )
     catalog = " ".join(ev["catalog_args"]) or "default catalog"
     lines += [
         "",

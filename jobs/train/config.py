@@ -62,7 +62,9 @@ class TrainConfig(BaseModel):
     @classmethod
     def _safe_name(cls, value: str) -> str:
         if value and not _NAME.match(value):
-            raise ValueError("use letters, digits, '.', '_' or '-' (starting with a letter or digit), e.g. fast-alpha05")
+            raise ValueError(
+                "use letters, digits, '.', '_' or '-' (starting with a letter or digit), e.g. fast-alpha05"
+            )
         return value
 
     @model_validator(mode="after")

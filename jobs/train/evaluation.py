@@ -56,8 +56,12 @@ async def fetch_final_policy(learner_address: str, checkpoint_dir: Path) -> Fina
             policy = await learner.get_policy()
         return FinalPolicy(policy.version, tuple(policy.hidden_sizes), policy.weights, "learner")
     except grpc.aio.AioRpcError as exc:
-        log.warning("learner %s did not give its policy (%s: %s); using the newest checkpoint",
-                    learner_address, exc.code().name, exc.details())
+        log.warning(
+            "learner %s did not give its policy (%s: %s); using the newest checkpoint",
+            learner_address,
+            exc.code().name,
+            exc.details(),
+        )
     try:
         checkpoint = load_latest(checkpoint_dir)
         if checkpoint is None:
@@ -109,6 +113,9 @@ async def evaluate_run(
         "eval_time_s": time.perf_counter() - started,
         "trained": {"summary": summarize(trained), "episodes": trained},
         "random": {"summary": summarize(random), "episodes": random},
-        **({"initial": {"summary": summarize(untrained), "episodes": untrained, "policy_version": initial.version}}
-           if untrained is not None else {}),
+        **(
+            {"initial": {"summary": summarize(untrained), "episodes": untrained, "policy_version": initial.version}}
+            if untrained is not None
+            else {}
+        ),
     }

@@ -55,7 +55,9 @@ class TensorBoardSink:
             self._writer.add_scalar(tag, value, global_step=step, walltime=walltime)
         lengths = metrics.get("episode_lengths") or []
         if lengths:
-            self._writer.add_histogram("sampling/episode_lengths", np.asarray(lengths), global_step=step, walltime=walltime)
+            self._writer.add_histogram(
+                "sampling/episode_lengths", np.asarray(lengths), global_step=step, walltime=walltime
+            )
         self._writer.flush()
 
     def close(self) -> None:
@@ -103,10 +105,14 @@ def describe_iteration(metrics: dict, *, compact: bool = False) -> str:
     ret = metrics.get("episode_return_mean")
     ret_text = f"{ret:.2f}" if isinstance(ret, (int, float)) and math.isfinite(ret) else "-"
     if compact:  # fits an 80-column progress bar
-        return (f"return {ret_text}  {metrics.get('effective_throughput', 0.0):,.0f} valid/s  "
-                f"validity {metrics.get('validity', 0.0):.2f}")
-    return (f"return {ret_text}  effective {metrics.get('effective_throughput', 0.0):,.0f} valid steps/s  "
-            f"validity {metrics.get('validity', 0.0):.2f}  time efficiency {metrics.get('time_efficiency', 0.0):.3f}")
+        return (
+            f"return {ret_text}  {metrics.get('effective_throughput', 0.0):,.0f} valid/s  "
+            f"validity {metrics.get('validity', 0.0):.2f}"
+        )
+    return (
+        f"return {ret_text}  effective {metrics.get('effective_throughput', 0.0):,.0f} valid steps/s  "
+        f"validity {metrics.get('validity', 0.0):.2f}  time efficiency {metrics.get('time_efficiency', 0.0):.3f}"
+    )
 
 
 class ProgressView:

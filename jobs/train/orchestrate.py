@@ -24,8 +24,8 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from jobs import processes
 from broker.dealer import HOLDOUT_EVERY
+from jobs import processes
 from jobs.train.config import TrainConfig
 from jobs.train.monitor import BrokerStatus, MetricsTail, ProgressView, TensorBoardSink
 from jobs.train.report import ReportError, write_report
@@ -109,16 +109,49 @@ class TrainingRun:
         deadline = time.monotonic() + cfg.startup_timeout_s
         stopping = lambda: bool(self.signals.received)  # noqa: E731
         for i in range(cfg.servers):
-            self.sims.append(_launch(f"sim-server-{i}", [
-                "sim-server", "--env", cfg.env, "--slots", str(cfg.slots), "--host", "127.0.0.1", "--port", "0",
-                "--cost-preset", cfg.cost_preset,
-            ]))
-        self.learner = _launch("learner", [
-            "learner", "--host", "127.0.0.1", "--port", "0", "--checkpoint-dir", str(self.run_dir / "checkpoints"),
-            "--seed", str(cfg.seed), "--lr", repr(cfg.lr), "--update-epochs", str(cfg.update_epochs),
-            "--num-minibatches", str(cfg.num_minibatches), "--checkpoint-every", str(cfg.checkpoint_every),
-            "--keep-checkpoints", str(cfg.keep_checkpoints),
-        ], env={"FAST_LEARNER_GAMMA": repr(cfg.gamma), "FAST_LEARNER_ENT_COEF": repr(cfg.ent_coef)})
+            self.sims.append(
+                _launch(
+                    f"sim-server-{i}",
+                    [
+                        "sim-server",
+                        "--env",
+                        cfg.env,
+                        "--slots",
+                        str(cfg.slots),
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        "0",
+                        "--cost-preset",
+                        cfg.cost_preset,
+                    ],
+                )
+            )
+        self.learner = _launch(
+            "learner",
+            [
+                "learner",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--checkpoint-dir",
+                str(self.run_dir / "checkpoints"),
+                "--seed",
+                str(cfg.seed),
+                "--lr",
+                repr(cfg.lr),
+                "--update-epochs",
+                str(cfg.update_epochs),
+                "--num-minibatches",
+                str(cfg.num_minibatches),
+                "--checkpoint-every",
+                str(cfg.checkpoint_every),
+                "--keep-checkpoints",
+                str(cfg.keep_checkpoints),
+            ],
+            env={"FAST_LEARNER_GAMMA": repr(cfg.gamma), "FAST_LEARNER_ENT_COEF": repr(cfg.ent_coef)},
+        )
         self.write_config()
         # Importing torch and tensorboard takes seconds; done while the children start up.
         self._tb = TensorBoardSink(self.run_dir / "tb")
@@ -127,14 +160,38 @@ class TrainingRun:
         if cfg.eval_episodes_per_clip > 0:
             from jobs.train.evaluation import capture_initial_policy
 
-            self.initial_policy = asyncio.run(capture_initial_policy(self.addresses[self.sims[0].name], self.addresses["learner"]))
-        self.broker = _launch("broker", [
-            "broker", "--simulators", ",".join(self.addresses[s.name] for s in self.sims),
-            "--learner", self.addresses["learner"], "--mode", cfg.mode, "--alpha", repr(cfg.alpha),
-            "--t-max", str(cfg.t_max), "--samples-per-iteration", str(cfg.samples_per_iteration),
-            "--iterations", str(cfg.iterations), "--seed", str(cfg.seed), "--run-dir", str(self.run_dir),
-            "--host", "127.0.0.1", "--port", "0",
-        ], env={"FAST_BROKER_HOLDOUT_EVERY": str(HOLDOUT_EVERY)})
+            self.initial_policy = asyncio.run(
+                capture_initial_policy(self.addresses[self.sims[0].name], self.addresses["learner"])
+            )
+        self.broker = _launch(
+            "broker",
+            [
+                "broker",
+                "--simulators",
+                ",".join(self.addresses[s.name] for s in self.sims),
+                "--learner",
+                self.addresses["learner"],
+                "--mode",
+                cfg.mode,
+                "--alpha",
+                repr(cfg.alpha),
+                "--t-max",
+                str(cfg.t_max),
+                "--samples-per-iteration",
+                str(cfg.samples_per_iteration),
+                "--iterations",
+                str(cfg.iterations),
+                "--seed",
+                str(cfg.seed),
+                "--run-dir",
+                str(self.run_dir),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+            ],
+            env={"FAST_BROKER_HOLDOUT_EVERY": str(HOLDOUT_EVERY)},
+        )
         self.addresses["broker"] = processes.wait_listening(self.broker, deadline, stopping).address
         self.write_config()
 
@@ -182,11 +239,14 @@ class TrainingRun:
                     for sim in self.sims:
                         if sim.process.poll() is not None and sim.name not in reported_dead:
                             reported_dead.add(sim.name)
-                            view.note(f"{sim.name} exited with code {sim.process.returncode}; the broker carries on "
-                                      "with the other servers")
+                            view.note(
+                                f"{sim.name} exited with code {sim.process.returncode}; the broker carries on "
+                                "with the other servers"
+                            )
                     if self.learner.process.poll() is not None:
-                        self.failure = f"the learner exited with code {self.learner.process.returncode}: " + \
-                            " | ".join(self.learner.lines[-10:])
+                        self.failure = f"the learner exited with code {self.learner.process.returncode}: " + " | ".join(
+                            self.learner.lines[-10:]
+                        )
                         return "failed"
                     time.sleep(POLL_S)
         finally:
@@ -225,16 +285,25 @@ class TrainingRun:
         from jobs.train.evaluation import evaluate_run  # torch: only imported when a run gets this far
 
         cfg = self.cfg
-        self.console.print(f"evaluating the final policy and a random one on the held-out clips "
-                           f"({cfg.eval_episodes_per_clip} episode(s) per clip; Ctrl-C again to skip)", highlight=False)
+        self.console.print(
+            f"evaluating the final policy and a random one on the held-out clips "
+            f"({cfg.eval_episodes_per_clip} episode(s) per clip; Ctrl-C again to skip)",
+            highlight=False,
+        )
         alive = [self.addresses[s.name] for s in self.sims if s.process.poll() is None]
         if not alive:
             raise RuntimeError("no simulator server is left to evaluate on")
-        result = asyncio.run(evaluate_run(
-            alive, self.addresses["learner"], self.run_dir / "checkpoints",
-            episodes_per_clip=cfg.eval_episodes_per_clip, holdout_every=HOLDOUT_EVERY, seed=cfg.seed,
-            initial=self.initial_policy,
-        ))
+        result = asyncio.run(
+            evaluate_run(
+                alive,
+                self.addresses["learner"],
+                self.run_dir / "checkpoints",
+                episodes_per_clip=cfg.eval_episodes_per_clip,
+                holdout_every=HOLDOUT_EVERY,
+                seed=cfg.seed,
+                initial=self.initial_policy,
+            )
+        )
         (self.run_dir / "eval.json").write_text(json.dumps(result, indent=1))
         return result
 
@@ -250,8 +319,11 @@ def train(cfg: TrainConfig, console: Console | None = None) -> int:
     timings: dict[str, float] = {}
     outcome, error = "failed", ""
     try:
-        console.print(f"fast train: {cfg.servers} simulator server(s) x {cfg.slots} slots, mode {cfg.mode}, "
-                      f"{cfg.iterations} iterations of {cfg.samples_per_iteration} samples -> {run.run_dir}", highlight=False)
+        console.print(
+            f"fast train: {cfg.servers} simulator server(s) x {cfg.slots} slots, mode {cfg.mode}, "
+            f"{cfg.iterations} iterations of {cfg.samples_per_iteration} samples -> {run.run_dir}",
+            highlight=False,
+        )
         run.start()
         timings["startup_s"] = time.perf_counter() - clock
         outcome = run.watch()
@@ -288,7 +360,9 @@ def train(cfg: TrainConfig, console: Console | None = None) -> int:
     if outcome == "failed":
         console.print(f"[red]fast train failed[/]: {error}", highlight=False)
         if run.broker is not None:
-            console.print("broker's last lines:\n  " + "\n  ".join(run.broker.lines[-_BROKER_TAIL_LINES:]), highlight=False)
+            console.print(
+                "broker's last lines:\n  " + "\n  ".join(run.broker.lines[-_BROKER_TAIL_LINES:]), highlight=False
+            )
     _write_outcome(run, outcome, code, error, timings, time.perf_counter() - clock)
     try:
         report = write_report(run.run_dir)
@@ -321,9 +395,12 @@ def _print_evaluation(console: Console, result: dict) -> None:
         values = [trained.get(key), initial.get(key), random.get(key)]
         return " vs ".join("-" if v is None else f"{v:.3f}" for v in values)
 
-    console.print(f"evaluation ({trained.get('episodes', 0)} episodes each), trained vs initial vs random: "
-                  f"return {row('return_mean')}, collision rate {row('collided_rate')}, "
-                  f"off-road rate {row('off_road_rate')}, length {row('length_mean')}", highlight=False)
+    console.print(
+        f"evaluation ({trained.get('episodes', 0)} episodes each), trained vs initial vs random: "
+        f"return {row('return_mean')}, collision rate {row('collided_rate')}, "
+        f"off-road rate {row('off_road_rate')}, length {row('length_mean')}",
+        highlight=False,
+    )
 
 
 __all__ = ["TrainError", "TrainingRun", "prepare_run_dir", "train"]

@@ -24,7 +24,9 @@ class ReportError(ValueError):
 def read_metrics(run_dir: Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
-        raise ReportError(f"{path} does not exist; give the directory of a run (runs/<name>) that did at least one iteration")
+        raise ReportError(
+            f"{path} does not exist; give the directory of a run (runs/<name>) that did at least one iteration"
+        )
     raw = path.read_text().splitlines()
     lines = []
     for number, line in enumerate(raw, start=1):
@@ -133,15 +135,25 @@ def write_report(run_dir: Path) -> Path:
         ("wall-clock, training iterations", f"{t[-1]:.1f} s"),
     ]
     if outcome:
-        rows.append(("wall-clock, whole run (start-up, evaluation, shutdown)", f"{outcome.get('wall_clock_s', float('nan')):.1f} s"))
+        rows.append(
+            (
+                "wall-clock, whole run (start-up, evaluation, shutdown)",
+                f"{outcome.get('wall_clock_s', float('nan')):.1f} s",
+            )
+        )
         rows.append(("outcome", f"{outcome.get('outcome')} (exit code {outcome.get('exit_code')})"))
     planned = train.get("iterations")
     rows += [
         ("iterations", f"{len(metrics)}" + (f" of {planned}" if planned else "")),
         ("valid transitions", f"{sum(m.get('valid_transitions', 0) for m in metrics):,}"),
-        ("return, first -> last iteration (training episodes)", f"{_fmt(first.get('episode_return_mean'))} -> {_fmt(last.get('episode_return_mean'))}"),
-        (f"return, mean of the first {SMOOTHING} -> last {SMOOTHING} iterations",
-         f"{_fmt(_mean_return(metrics[:SMOOTHING]))} -> {_fmt(_mean_return(metrics[-SMOOTHING:]))}"),
+        (
+            "return, first -> last iteration (training episodes)",
+            f"{_fmt(first.get('episode_return_mean'))} -> {_fmt(last.get('episode_return_mean'))}",
+        ),
+        (
+            f"return, mean of the first {SMOOTHING} -> last {SMOOTHING} iterations",
+            f"{_fmt(_mean_return(metrics[:SMOOTHING]))} -> {_fmt(_mean_return(metrics[-SMOOTHING:]))}",
+        ),
     ]
     if evaluation:
         trained, random = evaluation["trained"]["summary"], evaluation["random"]["summary"]
@@ -161,9 +173,15 @@ def write_report(run_dir: Path) -> Path:
     name = train.get("name") or run_dir.name
     lines = [f"# Training run `{name}`", "", "| | |", "| --- | --- |"]
     lines += [f"| {label} | {value} |" for label, value in rows]
-    lines += ["", "![return against wall-clock](return.png)", "",
-              "![effective throughput against wall-clock](throughput.png)", "",
-              "![episode length histogram](episode_lengths.png)", ""]
+    lines += [
+        "",
+        "![return against wall-clock](return.png)",
+        "",
+        "![effective throughput against wall-clock](throughput.png)",
+        "",
+        "![episode length histogram](episode_lengths.png)",
+        "",
+    ]
     if evaluation:
         lines += _evaluation_section(evaluation)
     if train:
@@ -183,7 +201,8 @@ def _evaluation_section(evaluation: dict) -> list[str]:
     lines = [
         "## Evaluation on held-out clips",
         "",
-        f"Policy version {evaluation['policy_version']} (from {evaluation['policy_source']}), acting deterministically, "
+        f"Policy version {evaluation['policy_version']} (from {evaluation['policy_source']}), "
+        "acting deterministically, "
         f"against the initial policy (version 0, acting deterministically) and uniformly random actions; "
         f"{len(evaluation['clips'])} held-out clips x {evaluation['episodes_per_clip']} "
         f"episode(s), the same clips and seeds for all (seed {evaluation['seed']}).",
@@ -192,7 +211,9 @@ def _evaluation_section(evaluation: dict) -> list[str]:
         "| --- | ---: | ---: | ---: |",
     ]
     for key in sorted((set(trained) | set(random)) - {"episodes"}):
-        lines.append(f"| {key} | {_fmt(trained.get(key), 3)} | {_fmt(initial.get(key), 3)} | {_fmt(random.get(key), 3)} |")
+        lines.append(
+            f"| {key} | {_fmt(trained.get(key), 3)} | {_fmt(initial.get(key), 3)} | {_fmt(random.get(key), 3)} |"
+        )
     return lines + [""]
 
 

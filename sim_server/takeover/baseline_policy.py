@@ -1,8 +1,8 @@
 """Two reference policies for the takeover workload: uniform random, and a scripted driver.
 
 The scripted driver reads only the observation (as a learned policy would): pure-pursuit lane
-keeping towards the current lane centre plus an Intelligent Driver Model on the reported lead or on the nearest agent predicted to
-enter its path.
+keeping towards the current lane centre plus an Intelligent Driver Model on the reported lead or
+on the nearest agent predicted to enter its path.
 It never changes lanes and never looks behind, so it cannot dodge a stalled vehicle at close
 range or a follower that does not brake; it marks what "competent" means for benchmarks.
 """

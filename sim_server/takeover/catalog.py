@@ -55,7 +55,6 @@ AGENT_S, AGENT_D, AGENT_VS, AGENT_VD, AGENT_COS, AGENT_SIN = range(6)
 NUM_AGENT_FEATURES = 6
 
 
-
 @dataclass(frozen=True)
 class IdmParams:
     """Intelligent Driver Model parameters (Treiber et al. 2000)."""
@@ -181,7 +180,11 @@ def _generate_maps(rng: np.random.Generator, num_maps: int) -> _Maps:
 
 def _draft_clip(rng: np.random.Generator, maps: _Maps) -> _ClipDraft:
     map_id = int(rng.integers(maps.num_lanes.shape[0]))
-    num_lanes, lane_width, limit = int(maps.num_lanes[map_id]), float(maps.lane_width[map_id]), float(maps.speed_limit[map_id])
+    num_lanes, lane_width, limit = (
+        int(maps.num_lanes[map_id]),
+        float(maps.lane_width[map_id]),
+        float(maps.speed_limit[map_id]),
+    )
     jam = rng.random() < JAM_SHARE
     route_speed = rng.uniform(2.0, 7.0) if jam else limit * rng.uniform(0.7, 1.0)
     length = int(rng.integers(MIN_STEPS, MAX_STEPS + 1))
@@ -217,7 +220,9 @@ def _draft_clip(rng: np.random.Generator, maps: _Maps) -> _ClipDraft:
         pos = EGO_START_S + rng.uniform(-60.0, 40.0)
         for _ in range(int(rng.integers(0, 3))):
             kind, length_m, width = vehicle(rng, truck_share=0.15)
-            tracks.append(Track(pos + lane_speed * DT * np.arange(n), np.full(n, ctx.lane_centre(lane)), kind, length_m, width))
+            tracks.append(
+                Track(pos + lane_speed * DT * np.arange(n), np.full(n, ctx.lane_centre(lane)), kind, length_m, width)
+            )
             pos += length_m + 5.0 + lane_speed * rng.uniform(1.5, 3.0)
 
     _clear_ego_start(tracks, ego_centre, route_speed)
@@ -265,7 +270,9 @@ def _assemble(seed: int, maps: _Maps, drafts: list[_ClipDraft]) -> Catalog:
     lane_width = maps.lane_width[map_id]
     follower_headway = np.array([dr.follower_headway for dr in drafts])
     follower_idm = IdmParams(follower_headway, FOLLOWER_STANDSTILL_M, FOLLOWER_ACCEL, FOLLOWER_COMFORT_DECEL)
-    _replay_followers(state, kind, role, length, width, follower_idm, route_speed, (ego_lane + 0.5) * lane_width, lane_width)
+    _replay_followers(
+        state, kind, role, length, width, follower_idm, route_speed, (ego_lane + 0.5) * lane_width, lane_width
+    )
     _fill_kinematics(state, kind)
 
     steps = np.arange(n)
@@ -294,13 +301,17 @@ def _assemble(seed: int, maps: _Maps, drafts: list[_ClipDraft]) -> Catalog:
     )
 
 
-def idm_accel(speed: np.ndarray, desired: np.ndarray, gap: np.ndarray, closing: np.ndarray, idm: IdmParams) -> np.ndarray:
+def idm_accel(
+    speed: np.ndarray, desired: np.ndarray, gap: np.ndarray, closing: np.ndarray, idm: IdmParams
+) -> np.ndarray:
     """IDM acceleration behind a leader `gap` m ahead (inf: none) closing at `closing` m/s.
 
     a = accel * (1 - (v / v0)^4 - (s* / gap)^2), s* = standstill + max(0, v T + v dv / (2 sqrt(a b))),
     limited to [-MAX_HUMAN_DECEL, accel].
     """
-    wanted = idm.standstill + np.maximum(speed * idm.headway + speed * closing / (2.0 * np.sqrt(idm.accel * idm.comfort_decel)), 0.0)
+    wanted = idm.standstill + np.maximum(
+        speed * idm.headway + speed * closing / (2.0 * np.sqrt(idm.accel * idm.comfort_decel)), 0.0
+    )
     free = 1.0 - (speed / np.maximum(desired, 0.1)) ** 4
     interaction = np.where(np.isfinite(gap), (wanted / np.maximum(gap, 0.1)) ** 2, 0.0)
     return np.clip(idm.accel * (free - interaction), -MAX_HUMAN_DECEL, idm.accel)

@@ -42,7 +42,9 @@ class TakeoverEnv:
             "box", (OBS_SIZE,), np.dtype(np.float32),
             low=np.full(OBS_SIZE, -OBS_CLIP, np.float32), high=np.full(OBS_SIZE, OBS_CLIP, np.float32),
         )  # fmt: skip
-        self.action_space = SpaceSpec("box", (2,), np.dtype(np.float32), low=np.full(2, -1.0, np.float32), high=np.full(2, 1.0, np.float32))
+        self.action_space = SpaceSpec(
+            "box", (2,), np.dtype(np.float32), low=np.full(2, -1.0, np.float32), high=np.full(2, 1.0, np.float32)
+        )
 
         cat = self.catalog
         self._clip_num_lanes = cat.map_num_lanes[cat.clip_map_id]
@@ -97,7 +99,11 @@ class TakeoverEnv:
         self._t[slots] += 1
 
         obs, scene, solid_here = self._perceive(slots)
-        lane_width, num_lanes, limit = self._clip_lane_width[clips], self._clip_num_lanes[clips], self._clip_limit[clips]
+        lane_width, num_lanes, limit = (
+            self._clip_lane_width[clips],
+            self._clip_num_lanes[clips],
+            self._clip_limit[clips],
+        )
         off_road = (d < 0.0) | (d > num_lanes * lane_width)
         crossings = solid_crossings(d_before, d, lane_width, num_lanes, solid_here)
         terminated = scene.collided | off_road
@@ -125,8 +131,18 @@ class TakeoverEnv:
         """Observations [k, OBS_SIZE], the scene, and interior solid lines at the egos' s."""
         cat = self.catalog
         clips, t = self._clip[slots], self._t[slots]
-        s, d, cos_h, sin_h, speed = self._s[slots], self._d[slots], self._cos[slots], self._sin[slots], self._speed[slots]
-        lane_width, num_lanes, limit = self._clip_lane_width[clips], self._clip_num_lanes[clips], self._clip_limit[clips]
+        s, d, cos_h, sin_h, speed = (
+            self._s[slots],
+            self._d[slots],
+            self._cos[slots],
+            self._sin[slots],
+            self._speed[slots],
+        )
+        lane_width, num_lanes, limit = (
+            self._clip_lane_width[clips],
+            self._clip_num_lanes[clips],
+            self._clip_limit[clips],
+        )
         map_ids = cat.clip_map_id[clips]
 
         lane = lane_index(d, lane_width, num_lanes)

@@ -29,10 +29,18 @@ def boxes_overlap(
     # Cosine and sine of the angle between the two boxes' long axes.
     dot = np.abs(ego_cos * agent_cos + ego_sin * agent_sin)
     cross = np.abs(ego_cos * agent_sin - ego_sin * agent_cos)
-    sep_ego_long = np.abs(dx * ego_cos + dy * ego_sin) > ego_half_length + agent_half_length * dot + agent_half_width * cross
-    sep_ego_lat = np.abs(-dx * ego_sin + dy * ego_cos) > ego_half_width + agent_half_length * cross + agent_half_width * dot
-    sep_agent_long = np.abs(dx * agent_cos + dy * agent_sin) > agent_half_length + ego_half_length * dot + ego_half_width * cross
-    sep_agent_lat = np.abs(-dx * agent_sin + dy * agent_cos) > agent_half_width + ego_half_length * cross + ego_half_width * dot
+    sep_ego_long = (
+        np.abs(dx * ego_cos + dy * ego_sin) > ego_half_length + agent_half_length * dot + agent_half_width * cross
+    )
+    sep_ego_lat = (
+        np.abs(-dx * ego_sin + dy * ego_cos) > ego_half_width + agent_half_length * cross + agent_half_width * dot
+    )
+    sep_agent_long = (
+        np.abs(dx * agent_cos + dy * agent_sin) > agent_half_length + ego_half_length * dot + ego_half_width * cross
+    )
+    sep_agent_lat = (
+        np.abs(-dx * agent_sin + dy * agent_cos) > agent_half_width + ego_half_length * cross + ego_half_width * dot
+    )
     return ~(sep_ego_long | sep_ego_lat | sep_agent_long | sep_agent_lat)
 
 

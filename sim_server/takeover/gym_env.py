@@ -40,7 +40,14 @@ import numpy as np
 
 from fast.spaces import SpaceSpec
 from sim_server.cost_model import (
-    CostModelConfig, CostTiming, Queue, Wait, cost_model_config, remember_maps, reset_waits, step_wait_s,
+    CostModelConfig,
+    CostTiming,
+    Queue,
+    Wait,
+    cost_model_config,
+    remember_maps,
+    reset_waits,
+    step_wait_s,
 )
 from sim_server.precise_wait import precise_sleep
 from sim_server.takeover.catalog import Catalog
@@ -186,7 +193,9 @@ class TakeoverGymEnv(gym.Env):
         """`catalog_seed`, `num_clips` build the catalog as `fast sim-server` does when none is
         given; `server=None` makes this env a server of its own (nothing shared)."""
         self._env = TakeoverEnv(num_slots=1, catalog=catalog, seed=catalog_seed, num_clips=num_clips)
-        self.clips = np.arange(self._env.num_clips, dtype=np.int64) if clips is None else np.asarray(clips, dtype=np.int64)
+        self.clips = (
+            np.arange(self._env.num_clips, dtype=np.int64) if clips is None else np.asarray(clips, dtype=np.int64)
+        )
         if self.clips.size == 0 or self.clips.min() < 0 or self.clips.max() >= self._env.num_clips:
             raise ValueError(f"clips must be non-empty ids in [0, {self._env.num_clips}); got {clips!r}")
         config = cost_model_config(cost) if isinstance(cost, str) else cost
@@ -220,23 +229,35 @@ class TakeoverGymEnv(gym.Env):
         if "clip_id" in options:
             clip = int(options["clip_id"])
             if not 0 <= clip < self._env.num_clips:
-                raise ValueError(f"options['clip_id']={clip} is not a clip of this catalog; use 0..{self._env.num_clips - 1}")
+                raise ValueError(
+                    f"options['clip_id']={clip} is not a clip of this catalog; use 0..{self._env.num_clips - 1}"
+                )
         else:
             clip = self._deal()
-        episode_seed = int(options["episode_seed"]) if "episode_seed" in options else int(self.np_random.integers(2**31))
+        episode_seed = (
+            int(options["episode_seed"]) if "episode_seed" in options else int(self.np_random.integers(2**31))
+        )
         started = time.perf_counter()
         cost = self.cost_model.reset(self._env.map_id(clip))  # waits first, as Simulator.reset does
         obs = self._env.reset(np.zeros(1, np.int64), np.array([clip]), np.array([episode_seed]))[0]
         reset_s = time.perf_counter() - started
         self._live = True
-        info = {"clip_id": clip, "episode_seed": episode_seed, "step_s": 0.0, "reset_s": reset_s, "reset_queued_s": cost.queued_s}
+        info = {
+            "clip_id": clip,
+            "episode_seed": episode_seed,
+            "step_s": 0.0,
+            "reset_s": reset_s,
+            "reset_queued_s": cost.queued_s,
+        }
         return obs, info
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
         if not self._live:
             raise RuntimeError("the episode has ended or never started; call reset() before step()")
         started = time.perf_counter()
-        result = self._env.step(np.zeros(1, np.int64), np.asarray(action, dtype=np.float32).reshape(1, *self.action_space.shape))
+        result = self._env.step(
+            np.zeros(1, np.int64), np.asarray(action, dtype=np.float32).reshape(1, *self.action_space.shape)
+        )
         self.cost_model.step(time.perf_counter() - started)  # the latency includes the compute
         step_s = time.perf_counter() - started
         terminated, truncated = bool(result.terminated[0]), bool(result.truncated[0])

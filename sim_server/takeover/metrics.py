@@ -63,8 +63,9 @@ class EpisodeMetrics:
         self.start_s[slots] = start_s
         self.last_s[slots] = start_s
         self.route_length[slots] = route_length
-        for acc in (self.length, self.ret, self.collided, self.off_road, self.severity, self.hard_brakes, self.hard_accels,
-                    self.solid_crossings, self.speeding_steps, self.speed_ratio_sum, self.stall_steps):  # fmt: skip
+        for acc in (self.length, self.ret, self.collided, self.off_road, self.severity, self.hard_brakes,
+                    self.hard_accels, self.solid_crossings, self.speeding_steps, self.speed_ratio_sum,
+                    self.stall_steps):  # fmt: skip
             acc[slots] = 0.0
         self.min_ttc[slots] = TTC_CAP_S
         self.min_gap[slots] = SAFETY_MARGIN_CAP_M

@@ -174,7 +174,9 @@ def slow_merge(ctx: ClipContext) -> ScenarioDraft:
     s = positions(np.full(n, speed), crossing, anchor)
     d = lane_change(n, source_d, ctx.lane_centre(ctx.ego_lane), start, duration)
     reserved = set() if on_ramp else {ctx.ego_lane - 1}
-    return ScenarioDraft([Track(s, d, kind, length, width, ROLE_ACTOR)], reserved, True, max(s[0] - ctx.ego_s, 0.0) + length + 15.0)
+    return ScenarioDraft(
+        [Track(s, d, kind, length, width, ROLE_ACTOR)], reserved, True, max(s[0] - ctx.ego_s, 0.0) + length + 15.0
+    )
 
 
 def stalled_vehicle(ctx: ClipContext) -> ScenarioDraft:

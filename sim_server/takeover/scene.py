@@ -59,13 +59,18 @@ def query_scene(
 
     colliding = present & boxes_overlap(
         ego_s[col], ego_d[col], ego_cos[col], ego_sin[col], 0.5 * EGO_LENGTH, 0.5 * EGO_WIDTH,
-        agents[:, :, AGENT_S], agents[:, :, AGENT_D], agents[:, :, AGENT_COS], agents[:, :, AGENT_SIN], half_len, half_wid,
+        agents[:, :, AGENT_S], agents[:, :, AGENT_D], agents[:, :, AGENT_COS], agents[:, :, AGENT_SIN],
+        half_len, half_wid,
     )  # fmt: skip
     impact = np.where(colliding, np.sqrt(rel_vs * rel_vs + rel_vd * rel_vd), 0.0)
 
-    gaps = np.where(present, road_aligned_gap(rel_s, rel_d, 0.5 * EGO_LENGTH, 0.5 * EGO_WIDTH, half_len, half_wid), np.inf)
+    gaps = np.where(
+        present, road_aligned_gap(rel_s, rel_d, 0.5 * EGO_LENGTH, 0.5 * EGO_WIDTH, half_len, half_wid), np.inf
+    )
 
-    in_corridor = (agents[:, :, AGENT_D] + half_wid > corridor_lo[col]) & (agents[:, :, AGENT_D] - half_wid < corridor_hi[col])
+    in_corridor = (agents[:, :, AGENT_D] + half_wid > corridor_lo[col]) & (
+        agents[:, :, AGENT_D] - half_wid < corridor_hi[col]
+    )
     ahead = present & in_corridor & (rel_s > 0.0)
     bumper = np.where(ahead, np.maximum(rel_s - 0.5 * EGO_LENGTH - half_len, 0.0), np.inf)
     rows = np.arange(ego_s.shape[0])

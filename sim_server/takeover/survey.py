@@ -1,6 +1,7 @@
 """Episode-length survey and step-cost benchmark of the takeover workload.
 
-    python -m sim_server.takeover.survey [--seed 0] [--clips 200] [--episode-seeds 5] [--by-scenario] [--bench-slots 8 64]
+    python -m sim_server.takeover.survey [--seed 0] [--clips 200] [--episode-seeds 5] [--by-scenario] \
+[--bench-slots 8 64]
 
 Plays every clip once per episode seed under the uniform random policy and the scripted
 lane-keeping driver, all clips as slots of one env, and prints length and outcome statistics;
@@ -31,7 +32,9 @@ def scripted_policy(obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return lane_keeping_actions(obs)
 
 
-def play_all_clips(catalog: Catalog, policy: Policy, episode_seed: int, clip_ids: np.ndarray | None = None) -> list[dict[str, float]]:
+def play_all_clips(
+    catalog: Catalog, policy: Policy, episode_seed: int, clip_ids: np.ndarray | None = None
+) -> list[dict[str, float]]:
     """One episode per clip (each clip in its own slot, all stepped together); their metrics."""
     clips = np.arange(catalog.num_clips) if clip_ids is None else np.asarray(clip_ids, dtype=np.int64)
     env = TakeoverEnv(len(clips), catalog=catalog)
@@ -91,7 +94,9 @@ def bench_step(catalog: Catalog, num_slots: int, calls: int = 500) -> tuple[floa
         obs = result.observations
         ended = result.terminated | result.truncated
         if ended.any():
-            obs[ended] = env.reset(slots[ended], rng.integers(0, catalog.num_clips, int(ended.sum())), np.zeros(int(ended.sum())))
+            obs[ended] = env.reset(
+                slots[ended], rng.integers(0, catalog.num_clips, int(ended.sum())), np.zeros(int(ended.sum()))
+            )
     return cpu / calls, cpu / (calls * num_slots)
 
 
@@ -104,11 +109,16 @@ def main() -> None:
     parser.add_argument("--bench-slots", type=int, nargs="*", default=[8, 64], help="slot counts to time `step` at")
     args = parser.parse_args()
     catalog = build_catalog(args.seed, args.clips)
-    print(f"catalog seed={args.seed} clips={catalog.num_clips} maps={catalog.num_maps} arrays={catalog.nbytes / 1e6:.1f} MB")
+    print(
+        f"catalog seed={args.seed} clips={catalog.num_clips} maps={catalog.num_maps} "
+        f"arrays={catalog.nbytes / 1e6:.1f} MB"
+    )
     for name, policy in (("random", random_policy), ("scripted", scripted_policy)):
         metrics = [m for seed in range(args.episode_seeds) for m in play_all_clips(catalog, policy, seed)]
         summary = summarise(metrics)
-        print(f"{name:9s}" + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
+        print(
+            f"{name:9s}" + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items())
+        )
         if args.by_scenario:
             for index, scenario in enumerate(SCENARIOS):
                 part = summarise([m for m in metrics if catalog.clip_scenario[int(m["clip_id"])] == index])
@@ -118,7 +128,9 @@ def main() -> None:
                 )
     for num_slots in args.bench_slots:
         per_call, per_slot_step = bench_step(catalog, num_slots)
-        print(f"step cpu: slots={num_slots} per_call_us={per_call * 1e6:.0f} per_slot_step_us={per_slot_step * 1e6:.1f}")
+        print(
+            f"step cpu: slots={num_slots} per_call_us={per_call * 1e6:.0f} per_slot_step_us={per_slot_step * 1e6:.1f}"
+        )
 
 
 if __name__ == "__main__":
