@@ -41,7 +41,7 @@ from learner.core import LearnerCore
 from learner.errors import ErrorKind, LearnerError
 from learner.policy import ActorCritic, import_weights
 from learner.ppo import PPOConfig
-from learner.wire import batch_to_proto
+from learner.wire import STATS_FIELDS, batch_to_proto
 
 STEPS, SLOTS, OBS_DIM = 16, 4, 6
 OBS_SPACE = SpaceSpec(
@@ -50,16 +50,7 @@ OBS_SPACE = SpaceSpec(
 ACTION_SPACE = SpaceSpec("box", (2,), np.dtype(np.float32), -np.ones(2, np.float32), np.ones(2, np.float32))
 # Small updates keep every call well under a second on a CPU.
 FAST_PPO = ["--update-epochs", "2", "--num-minibatches", "2"]
-STAT_NAMES = (
-    "policy_loss",
-    "value_loss",
-    "entropy",
-    "approx_kl",
-    "clip_fraction",
-    "explained_variance",
-    "grad_norm",
-    "update_time_s",
-)
+STAT_NAMES = tuple(name for name in STATS_FIELDS if not name.startswith("num_"))  # the float statistics
 
 
 def make_arrays(seed: int = 0, steps: int = STEPS, slots: int = SLOTS) -> dict[str, np.ndarray]:

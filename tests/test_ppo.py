@@ -15,6 +15,7 @@ from learner.batch import RolloutBatch
 from learner.device import pick_device
 from learner.policy import ActionSpec, ActorCritic, export_weights, import_weights
 from learner.ppo import PPOConfig, PPOLearner
+from learner.wire import STATS_FIELDS
 
 OBS_DIM = 4
 CONFIG = PPOConfig(update_epochs=3, num_minibatches=4, lr=1e-2, ent_coef=0.01, seed=3)
@@ -140,18 +141,7 @@ def test_update_resumes_identically_from_state_dict() -> None:
 def test_update_statistics_are_finite_and_complete() -> None:
     learner = PPOLearner(make_policy("box", dtype=torch.float32), CONFIG, device="cpu")
     stats = learner.update(padded_batch("box", 40, 6, 25, seed=12).to("cpu", dtype=torch.float32))
-    expected_keys = {
-        "policy_loss",
-        "value_loss",
-        "entropy",
-        "approx_kl",
-        "clip_fraction",
-        "explained_variance",
-        "grad_norm",
-        "update_time_s",
-        "num_valid",
-        "num_total",
-    }
+    expected_keys = set(STATS_FIELDS)  # what the wire carries (fast.v1.UpdateStats)
     assert set(stats) == expected_keys
     assert all(math.isfinite(value) for value in stats.values())
     assert stats["num_valid"] == 150 and stats["num_total"] == 240

@@ -7,18 +7,21 @@
     fast       fast.py       DPSA: ended slots are padded; all reset when alpha of them ended
 
 sc, autoreset, sgr and fast are one lock-step loop (lockstep.py) with the mode's rule; ver has a
-loop of its own. Each mode module offers `sampler(...)`, the signature of `make_sampler` after
-the mode; the registry maps the name to it, and every list of modes (configs, flags, benchmarks)
-is MODE_NAMES.
+loop of its own. Each lock-step mode module holds only its rule (a `LockstepRule`); `make_sampler`
+is the one constructor, and every list of modes (configs, flags, benchmarks) is MODE_NAMES.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
-from broker.samplers import autoreset, fast, sc, sgr, ver
+from broker.samplers.autoreset import Autoreset
 from broker.samplers.base import Sampler, SamplingError
+from broker.samplers.fast import Dpsa
+from broker.samplers.lockstep import LockstepRule, LockstepSampler
+from broker.samplers.sc import SingleClip
+from broker.samplers.sgr import SynchronousGlobalReset
+from broker.samplers.ver import VerSampler
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,17 +30,14 @@ if TYPE_CHECKING:
     from broker.policy_runner import PolicyRunner
     from broker.pool import SimulatorPool
 
-__all__ = ["MODE_NAMES", "SAMPLERS", "ModeName", "Sampler", "SamplingError", "make_sampler"]
+__all__ = ["MODE_NAMES", "ModeName", "Sampler", "SamplingError", "make_sampler"]
 
-# In the order modes are listed in messages, flags and benchmark tables.
-SAMPLERS: dict[str, Callable[..., Sampler]] = {
-    "sc": sc.sampler,
-    "autoreset": autoreset.sampler,
-    "sgr": sgr.sampler,
-    "ver": ver.sampler,
-    "fast": fast.sampler,
+# The lock-step modes by name; ver runs a loop of its own.
+LOCKSTEP_RULES: dict[str, type[LockstepRule]] = {
+    rule.name: rule for rule in (SingleClip, Autoreset, SynchronousGlobalReset, Dpsa)
 }
-MODE_NAMES: tuple[str, ...] = tuple(SAMPLERS)
+# Every list of modes (configs, flags, benchmark tables) is this one, in this order.
+MODE_NAMES: tuple[str, ...] = ("sc", "autoreset", "sgr", "ver", "fast")
 # The same names as a type for config models: pydantic refuses any other value and lists these.
 ModeName = Literal.__getitem__(MODE_NAMES)
 
@@ -55,15 +55,10 @@ def make_sampler(
     slots: np.ndarray | None = None,
 ) -> Sampler:
     """A fresh sampler of `mode` over `slots` (global ids; all the pool's by default), with its own state."""
-    if mode not in SAMPLERS:
+    if mode not in MODE_NAMES:
         raise ValueError(f"mode {mode!r} is unknown; use one of {', '.join(MODE_NAMES)}")
-    return SAMPLERS[mode](
-        pool,
-        runner,
-        dealer,
-        samples_per_iteration=samples_per_iteration,
-        alpha=alpha,
-        t_max=t_max,
-        stall_timeout_s=stall_timeout_s,
-        slots=slots,
-    )
+    common = dict(samples_per_iteration=samples_per_iteration, stall_timeout_s=stall_timeout_s, slots=slots)
+    if mode == "ver":
+        return VerSampler(pool, runner, dealer, **common)
+    rule = LOCKSTEP_RULES[mode].configured(alpha=alpha, t_max=t_max)
+    return LockstepSampler(pool, runner, dealer, rule, **common)

@@ -13,16 +13,10 @@ then truncated (bootstrapped) and all slots reset in one batched Reset per serve
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from broker.samplers.lockstep import LockstepRule, LockstepSampler
-
-if TYPE_CHECKING:
-    from broker.dealer import ClipDealer
-    from broker.policy_runner import PolicyRunner
-    from broker.pool import SimulatorPool
+from broker.samplers.lockstep import LockstepRule
 
 
 def termination_rate(done: np.ndarray) -> float:
@@ -43,29 +37,10 @@ class Dpsa(LockstepRule):
     alpha: float  # truncate when the termination rate reaches alpha ...
     t_max: int  # ... or when the round reaches t_max steps
 
+    @classmethod
+    def configured(cls, *, alpha: float, t_max: int) -> Dpsa:
+        return cls(alpha, t_max)
+
     def round_over(self, *, ended: np.ndarray, live: np.ndarray, done: np.ndarray, steps: int) -> bool:
         # A round without members (every reset failed) is over at once.
         return round_ends(done, steps, self.alpha, self.t_max) if done.size else True
-
-
-def sampler(
-    pool: SimulatorPool,
-    runner: PolicyRunner,
-    dealer: ClipDealer,
-    *,
-    samples_per_iteration: int,
-    alpha: float,
-    t_max: int,
-    stall_timeout_s: float,
-    slots: np.ndarray | None = None,
-) -> LockstepSampler:
-    """The registry's constructor (broker/samplers/__init__.py)."""
-    return LockstepSampler(
-        pool,
-        runner,
-        dealer,
-        Dpsa(alpha, t_max),
-        samples_per_iteration=samples_per_iteration,
-        stall_timeout_s=stall_timeout_s,
-        slots=slots,
-    )

@@ -40,6 +40,11 @@ class LockstepRule:
     # global truncation when `round_over` says so. False: ended slots are reset one by one.
     rounds: ClassVar[bool] = False
 
+    @classmethod
+    def configured(cls, *, alpha: float, t_max: int) -> LockstepRule:
+        """The rule for a run's settings; only DPSA reads alpha and t_max."""
+        return cls()
+
     def drives(self, slots: np.ndarray) -> np.ndarray:
         """The slots (global ids) the mode steps, out of those it is offered."""
         return slots

@@ -222,20 +222,3 @@ class VerSampler:
         batch["valid_mask"] = np.ones(bootstrap.size, dtype=bool)
         # [L] -> [L, 1]: one long column; segment ends keep GAE from crossing segments.
         return {k: v.reshape(v.shape[0], 1, *v.shape[1:]) for k, v in batch.items()}
-
-
-def sampler(
-    pool: SimulatorPool,
-    runner: PolicyRunner,
-    dealer: ClipDealer,
-    *,
-    samples_per_iteration: int,
-    alpha: float,
-    t_max: int,
-    stall_timeout_s: float,
-    slots: np.ndarray | None = None,
-) -> VerSampler:
-    """The registry's constructor (broker/samplers/__init__.py); alpha and t_max are DPSA's, unused here."""
-    return VerSampler(
-        pool, runner, dealer, samples_per_iteration=samples_per_iteration, stall_timeout_s=stall_timeout_s, slots=slots
-    )
