@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from broker.dealer import HOLDOUT_EVERY
 from broker.samplers import ModeName
+from fast.tls import TlsSettings
 
 ENV_PREFIX = "FAST_BROKER_"
 
 
-class BrokerConfig(BaseModel):
+class BrokerConfig(TlsSettings):
+    # tls_cert, tls_key, tls_ca, tls_server_name (fast/tls.py): the broker serves its control API with
+    # them and dials the simulators and the learner with them (its certificate is its client certificate).
     # Where the simulators and the learner are.
     simulators: list[str] = Field(default_factory=list)  # host:port, or dns:///name:port for every IP of a name
     learner: str = ""  # host:port of the learner
@@ -29,6 +32,9 @@ class BrokerConfig(BaseModel):
     reset_timeout_s: float = Field(30.0, gt=0.0)
     describe_timeout_s: float = Field(5.0, gt=0.0)
     stall_timeout_s: float = Field(60.0, gt=0.0)  # sampling gives up when no valid step happens this long
+    # A simulator that answers against the contract this many times with no good Step answer
+    # between is dropped for the rest of the run (broker/pool.py).
+    max_bad_answers: int = Field(5, ge=1)
     startup_timeout_s: float = Field(60.0, gt=0.0)  # waiting for simulators and learner at start
     learner_wait_s: float = Field(120.0, gt=0.0)  # waiting for an unavailable learner before failing the run
     update_timeout_s: float = Field(600.0, gt=0.0)

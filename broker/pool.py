@@ -5,12 +5,20 @@ deadline. A server whose call fails or times out is marked down: the caller lear
 slots failed (their results are zeros and must be masked), and the server is retried with
 exponential backoff by `readmit_due`, which re-admits it when it answers Describe with the
 same spaces again. Its slots then need a Reset before they step. No wait is unbounded.
+
+A server that answers, but badly (broker/answers.py: an observation of the wrong shape, a NaN
+reward, a slot both terminated and truncated, ...), is faulted the same way: nothing of that
+answer is used. After `max_bad_answers` bad answers with no good Step answer between them it is
+dropped: never re-admitted in this run (RegisterSimulator refuses it too), since a server that
+keeps breaking the contract would keep costing a step and a reset each time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
+import re
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -20,7 +28,11 @@ from typing import TypeVar
 import grpc
 import numpy as np
 
+from broker import answers
+from fast.quoting import quote, shorten
+from fast.rpc import Credentials
 from fast.spaces import SpaceSpec, space_mismatch
+from fast.tensor import TensorError
 from fast.v1 import simulator_pb2 as pb
 from sim_server.client import ServerDescription, SimulatorClient, StepStream
 
@@ -30,21 +42,45 @@ log = logging.getLogger("fast.broker.pool")
 # slots are lost for now and the server is retried. (A finished stream raises InvalidStateError.)
 _FAULTS = (grpc.RpcError, asyncio.TimeoutError, asyncio.InvalidStateError, ConnectionError, OSError)
 T = TypeVar("T")
+# A host name of RFC 1123 labels (and underscores, which Docker's service names use), or an IPv4
+# address; IPv6 comes in brackets and is checked apart.
+_LABEL = r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_HOST_NAME = re.compile(rf"{_LABEL}(\.{_LABEL})*\.?")
+
+
+def split_host_port(address: str, *, form: str = "HOST:PORT") -> tuple[str, int]:
+    """(host, port) of `HOST:PORT` or `[IPV6]:PORT` (the host without brackets); ValueError (quoting
+    it, bounded) for anything else.
+
+    Checked before dialling: gRPC takes almost any string as a target and only fails, later
+    and as UNAVAILABLE, to resolve it.
+    """
+    host, sep, port = address.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        try:
+            ok = ipaddress.ip_address(host).version == 6
+        except ValueError:
+            ok = False
+    else:
+        ok = len(host) <= 253 and _HOST_NAME.fullmatch(host) is not None
+    if not (sep and ok and port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f"simulator address {quote(address)}: expected {form}, with a port in 1..65535")
+    return host, int(port)
 
 
 def resolve_addresses(spec: str) -> list[str]:
     """`host:port` as is; `dns:///name:port` (or `dns:name:port`) to one address per IP it resolves to.
 
+    ValueError for an address of neither form; OSError when the name does not resolve.
     IPv4 answers are preferred: a dual-stack name such as localhost resolves to 127.0.0.1 and
     ::1, which are one server, not two. IPv6 answers are used when there is no IPv4 one.
     """
     if not spec.startswith("dns:"):
+        split_host_port(spec)
         return [spec]
-    target = spec[len("dns:") :].lstrip("/")
-    host, sep, port = target.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"simulator address {spec!r}: expected dns:///NAME:PORT")
-    infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    host, port = split_host_port(spec[len("dns:") :].lstrip("/"), form="dns:///NAME:PORT")
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     v4 = [info for info in infos if info[0] == socket.AF_INET]
     addresses = []
     for family, _, _, _, sockaddr in v4 or infos:
@@ -70,6 +106,9 @@ class ServerHandle:
     retry_at: float = 0.0
     backoff_s: float = 0.0
     stream: StepStream | None = None
+    bad_answers: int = 0  # bad answers since its last good Step answer
+    dropped: bool = False  # too many bad answers: never re-admitted in this run
+    readmitting: bool = False  # a readmission attempt is in flight
 
 
 @dataclass
@@ -102,8 +141,18 @@ class PoolTimeouts:
 
 
 class SimulatorPool:
-    def __init__(self, timeouts: PoolTimeouts | None = None, *, use_stream: bool = True) -> None:
+    def __init__(
+        self,
+        timeouts: PoolTimeouts | None = None,
+        *,
+        use_stream: bool = True,
+        credentials: Credentials | None = None,
+        max_bad_answers: int = 5,
+    ) -> None:
         self.timeouts = timeouts or PoolTimeouts()
+        self.max_bad_answers = max_bad_answers  # bad answers in a row that drop a server for good
+        # What every call to a simulator carries: the run token (the environment's when None), TLS.
+        self.credentials = credentials or Credentials.from_env()
         self.use_stream = use_stream
         self.servers: list[ServerHandle] = []
         self.observation_space: SpaceSpec | None = None
@@ -122,12 +171,19 @@ class SimulatorPool:
 
     async def add(self, address: str) -> ServerHandle:
         """Connect to a server and give it the next global slot ids; its spaces must match the pool's."""
-        client = SimulatorClient(address, timeout_s=self.timeouts.describe_s)
+        client = SimulatorClient(address, timeout_s=self.timeouts.describe_s, credentials=self.credentials)
         try:
             desc = await client.describe()
         except _FAULTS as exc:
             await client.close()
             raise ConnectionError(f"simulator {address} did not answer Describe: {_describe_error(exc)}") from None
+        except TensorError as exc:  # spaces that do not decode, or that no one could use
+            await client.close()
+            raise ValueError(f"simulator {address} answered Describe badly: {exc}") from None
+        problem = answers.description_problem(desc)
+        if problem:
+            await client.close()
+            raise ValueError(f"simulator {address} answered Describe badly: {problem}")
         if self.observation_space is None:
             self.observation_space, self.action_space, self.num_clips = (
                 desc.observation_space,
@@ -151,6 +207,12 @@ class SimulatorPool:
         The one admission rule: `add` applies it, and so does the broker's RegisterSimulator, so
         a server the API accepts is never refused when it joins.
         """
+        dropped = next((s for s in self.servers if s.address == address and s.dropped), None)
+        if dropped is not None:
+            return f"simulator {address} was {dropped.last_error}"
+        problem = answers.description_problem(desc)
+        if problem:
+            return f"simulator {address} answered Describe badly: {problem}"
         problem = self._mismatch(desc)
         return f"simulator {address} does not match the pool: {problem}" if problem else ""
 
@@ -168,40 +230,76 @@ class SimulatorPool:
             )
         )
 
-    def _mark_down(self, server: ServerHandle, error: BaseException) -> None:
+    def _mark_down(self, server: ServerHandle, why: str) -> bool:
+        """The server failed a call: down, retried with backoff. False if it was down already."""
         if server.stream is not None:
             server.stream.cancel()
             server.stream = None
         if not server.up:
-            return
+            return False
         server.up = False
         server.faults += 1
-        server.last_error = _describe_error(error)
+        server.last_error = why
         server.backoff_s = self.timeouts.backoff_initial_s
         server.retry_at = time.monotonic() + server.backoff_s
         log.warning("simulator %s is down: %s", server.address, server.last_error)
+        return True
+
+    def _bad_answer(self, server: ServerHandle, problem: str) -> None:
+        """The server answered against the contract: a fault like a crash, counted towards dropping it.
+
+        Answers of calls that were in flight when it went down are not counted again: one fault,
+        one count, however many concurrent calls (VER's) it spoiled.
+        """
+        if not server.up:
+            return
+        server.bad_answers += 1
+        self._mark_down(server, f"bad answer ({server.bad_answers} in a row): {problem}")
+        if server.bad_answers >= self.max_bad_answers:
+            server.dropped = True
+            server.last_error = (
+                f"dropped after {server.bad_answers} bad answers in a row and is not re-admitted in this run "
+                f"(fix it, then start a new run); the last: {problem}"
+            )
+            log.error("simulator %s %s", server.address, server.last_error)
 
     async def readmit_due(self) -> list[ServerHandle]:
         """Try the down servers whose backoff elapsed; returns those re-admitted (their slots need a Reset)."""
         now = time.monotonic()
-        due = [s for s in self.servers if not s.up and s.retry_at <= now]
-        back = await asyncio.gather(*(self._try_readmit(s) for s in due))
+        # A server being tried already is not tried twice: VER's slots call this concurrently, and
+        # two attempts would close each other's fresh channel.
+        due = [s for s in self.servers if not s.up and not s.dropped and not s.readmitting and s.retry_at <= now]
+        for server in due:
+            server.readmitting = True
+        try:
+            back = await asyncio.gather(*(self._try_readmit(s) for s in due))
+        finally:
+            for server in due:
+                server.readmitting = False
         return [s for s, ok in zip(due, back) if ok]
 
     async def _try_readmit(self, server: ServerHandle) -> bool:
         # A fresh channel (with its own subchannel pool, see open_channel): the old one may sit
         # in gRPC's own reconnect backoff and would fail fast even after the server came back.
         await server.client.close()
-        server.client = SimulatorClient(server.address, timeout_s=self.timeouts.describe_s)
+        server.client = SimulatorClient(
+            server.address, timeout_s=self.timeouts.describe_s, credentials=self.credentials
+        )
         try:
             desc = await asyncio.wait_for(server.client.describe(), self.timeouts.describe_s)
-            problem = self._mismatch(desc) or (
-                f"it now has {desc.num_slots} slots, had {server.num_slots}"
-                if desc.num_slots != server.num_slots
-                else ""
+            problem = (
+                answers.description_problem(desc)
+                or self._mismatch(desc)
+                or (
+                    f"it now has {desc.num_slots} slots, had {server.num_slots}"
+                    if desc.num_slots != server.num_slots
+                    else ""
+                )
             )
         except _FAULTS as exc:
             problem = _describe_error(exc)
+        except TensorError as exc:
+            problem = f"bad Describe answer: {exc}"
         if problem:
             server.last_error = problem
             server.backoff_s = min(server.backoff_s * 2, self.timeouts.backoff_max_s)
@@ -244,7 +342,10 @@ class SimulatorPool:
         async def call(server: ServerHandle, positions: np.ndarray) -> None:
             local = self.slot_local[slots[positions]]
             reply = await self._call(
-                server, lambda: request(server, local, env_actions[positions]), self.timeouts.step_s
+                server,
+                lambda: request(server, local, env_actions[positions]),
+                self.timeouts.step_s,
+                lambda reply: answers.step_problem(reply, local, obs_space),
             )
             if reply is None:
                 out.failed[positions] = True
@@ -257,6 +358,7 @@ class SimulatorPool:
                 out.episodes[server.slot_offset + episode.slot_id] = episode
             t = reply.timing
             out.server_s = max(out.server_s, t.compute_s + t.emulated_s + t.queued_s)
+            server.bad_answers = 0  # a good Step answer: it works again
 
         await asyncio.gather(*(call(self.servers[s], pos) for s, pos in groups.items()))
         return out
@@ -272,13 +374,16 @@ class SimulatorPool:
         async def call(server: ServerHandle, positions: np.ndarray) -> None:
             local = self.slot_local[slots[positions]]
             reply = await self._call(
-                server, lambda: server.client.reset(local, clips[positions], seeds[positions]), self.timeouts.reset_s
+                server,
+                lambda: server.client.reset(local, clips[positions], seeds[positions]),
+                self.timeouts.reset_s,
+                lambda reply: answers.reset_problem(reply, local, obs_space),
             )
             if reply is None:
                 out.failed[positions] = True
                 return
-            obs, timing = reply
-            out.observations[positions] = obs
+            out.observations[positions] = reply.observations
+            timing = reply.timing
             out.server_s = max(out.server_s, timing.compute_s + timing.emulated_s + timing.queued_s)
 
         calls = []
@@ -288,16 +393,31 @@ class SimulatorPool:
         await asyncio.gather(*calls)
         return out
 
-    async def _call(self, server: ServerHandle, request: Callable[[], Awaitable[T]], timeout_s: float) -> T | None:
-        """`request()` to a server that is up, within `timeout_s`; None when the server is down or
-        fails now (it is then marked down), and the caller's slots on it failed."""
+    async def _call(
+        self,
+        server: ServerHandle,
+        request: Callable[[], Awaitable[T]],
+        timeout_s: float,
+        problem: Callable[[T], str],
+    ) -> T | None:
+        """`request()` to a server that is up, within `timeout_s`, its answer checked by `problem`
+        ("" when good); None when the server is down, fails now or answers badly (it is then
+        marked down), and the caller's slots on it failed."""
         if not server.up:
             return None
         try:
-            return await asyncio.wait_for(request(), timeout_s)
+            reply = await asyncio.wait_for(request(), timeout_s)
         except _FAULTS as exc:
-            self._mark_down(server, exc)
+            self._mark_down(server, _describe_error(exc))
             return None
+        except TensorError as exc:  # an answer whose tensors do not even decode
+            self._bad_answer(server, str(exc))
+            return None
+        why = problem(reply)
+        if why:
+            self._bad_answer(server, why)
+            return None
+        return reply
 
     async def close(self) -> None:
         for server in self.servers:
@@ -308,7 +428,8 @@ class SimulatorPool:
 
 def _describe_error(exc: BaseException) -> str:
     if isinstance(exc, grpc.aio.AioRpcError):
-        return f"{exc.code().name}: {exc.details()}"
+        # The details are the server's words: bounded, like any input a message quotes.
+        return f"{exc.code().name}: {shorten(exc.details() or '', limit=300)}"
     if isinstance(exc, asyncio.TimeoutError):
         return "timed out"
     return f"{type(exc).__name__}: {exc}"

@@ -26,6 +26,7 @@ from broker.policy_runner import PolicyRunner
 from broker.pool import PoolTimeouts, SimulatorPool, resolve_addresses
 from broker.retry import RetryExpired, retry
 from broker.samplers import Sampler, SamplingError, make_sampler
+from fast.rpc import Credentials
 from learner.client import LearnerClient
 
 log = logging.getLogger("fast.broker")
@@ -50,7 +51,8 @@ class RunState(enum.Enum):
 
 
 class BrokerRun:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, credentials: Credentials | None = None) -> None:
+        """`credentials`: what its calls to the simulators and the learner carry (None: the environment's token)."""
         self.config = config
         self._state = RunState.STARTING
         self._error = ""  # why the run failed
@@ -61,10 +63,14 @@ class BrokerRun:
         self.pool = SimulatorPool(
             PoolTimeouts(
                 step_s=config.step_timeout_s, reset_s=config.reset_timeout_s, describe_s=config.describe_timeout_s
-            )
+            ),
+            credentials=credentials,
+            max_bad_answers=config.max_bad_answers,
         )
         self.runner: PolicyRunner | None = None
-        self.learner = LearnerClient(config.learner, update_timeout_s=config.update_timeout_s)
+        self.learner = LearnerClient(
+            config.learner, update_timeout_s=config.update_timeout_s, credentials=self.pool.credentials
+        )
         self._pending_addresses: list[str] = []
         self._pause = asyncio.Event()
         self._pause.set()  # set = running

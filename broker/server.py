@@ -18,24 +18,37 @@ from grpc_health.v1 import health
 from broker.config import BrokerConfig
 from broker.run import BrokerRun, RunState
 from broker.servicer import BrokerServicer
-from fast.rpc import display_address, start_server
+from fast import auth
+from fast.rpc import Credentials, display_address, start_server
+from fast.tls import TlsFiles
 from fast.v1 import broker_pb2 as pb
 from fast.v1 import broker_pb2_grpc as pb_grpc
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Broker"].full_name
 
 
-async def create_server(run: BrokerRun, address: str) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+async def create_server(
+    run: BrokerRun, address: str, *, token: str | None = None, tls: TlsFiles | None = None
+) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+    """`token`: the run token every call must carry (None: the environment's, fast/auth.py)."""
     servicer = BrokerServicer(run)
     return await start_server(
-        address, SERVICE_NAME, lambda server: pb_grpc.add_BrokerServicer_to_server(servicer, server)
+        address,
+        SERVICE_NAME,
+        lambda server: pb_grpc.add_BrokerServicer_to_server(servicer, server),
+        token=token,
+        tls=tls,
     )
 
 
 async def serve(config: BrokerConfig, grace_s: float = 30.0) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
-    run = BrokerRun(config)
-    server, port, health_servicer = await create_server(run, f"{config.host}:{config.port}")
+    # One token for both sides: the one its control API requires is the one it shows the
+    # simulators and the learner.
+    token = auth.run_token()
+    run = BrokerRun(config, Credentials(token, config.tls))
+    address = f"{config.host}:{config.port}"
+    server, port, health_servicer = await create_server(run, address, token=token, tls=config.tls)
     print(
         f"fast broker listening on {display_address(config.host, port)} "
         f"mode={config.mode} simulators={len(config.simulators)}",

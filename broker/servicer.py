@@ -8,6 +8,8 @@ import grpc
 
 from broker.pool import resolve_addresses
 from broker.run import BrokerRun, RunState
+from fast.quoting import quote, shorten
+from fast.tensor import TensorError
 from fast.v1 import broker_pb2 as pb
 from fast.v1 import broker_pb2_grpc as pb_grpc
 from sim_server.client import SimulatorClient
@@ -56,15 +58,24 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             )
         try:
             (address,) = resolve_addresses(request.address)[:1]
-        except (ValueError, OSError) as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"address {request.address!r}: {exc}")
+        except ValueError as exc:  # not HOST:PORT nor dns:///NAME:PORT; the message quotes it, bounded
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except OSError as exc:  # a well-formed name that does not resolve (now): unreachable
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, f"simulator address {quote(request.address)} does not resolve: {exc}"
+            )
         # Check it answers and matches before queueing it, so the caller learns of problems now.
-        async with SimulatorClient(address, timeout_s=5.0) as client:
+        async with SimulatorClient(address, timeout_s=5.0, credentials=self.run.pool.credentials) as client:
             try:
                 desc = await client.describe()
             except grpc.aio.AioRpcError as exc:
                 await context.abort(
-                    grpc.StatusCode.UNAVAILABLE, f"simulator {address} did not answer Describe: {exc.details()}"
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"simulator {quote(address)} did not answer Describe: {shorten(exc.details() or '', 300)}",
+                )
+            except TensorError as exc:  # it answered, with spaces no one could use
+                await context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION, f"simulator {quote(address)} answered Describe badly: {exc}"
                 )
         # The pool's own admission rule, so a simulator accepted here is not refused when it joins.
         refusal = self.run.pool.refusal(address, desc)
@@ -90,5 +101,6 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         elif request.action == pb.CONTROL_ACTION_STOP:
             run.stop()
         else:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "action is unset; use PAUSE, RESUME or STOP")
+            what = "unset" if request.action == pb.CONTROL_ACTION_UNSPECIFIED else f"{request.action}, unknown"
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"action is {what}; use PAUSE, RESUME or STOP")
         return pb.ControlResponse(state=_STATES[run.state])

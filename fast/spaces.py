@@ -1,4 +1,11 @@
-"""Observation and action spaces: the domain type and its wire form (fast.v1.Space)."""
+"""Observation and action spaces: the domain type and its wire form (fast.v1.Space).
+
+A Space that decodes is a usable one: `space_from_proto` refuses (TensorError naming the field)
+an unknown kind or dtype, a Box dimension below 1, bounds that are not exactly of the space's
+shape and dtype (the wire form always carries them whole; no broadcasting of a scalar), NaN
+bounds, low above high, and a Discrete n below 1. So a party that accepted a space can always
+encode it again, and a space it could not use is never stored or passed on.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ from typing import Literal
 import numpy as np
 
 from fast import tensor
+from fast.quoting import quote
 from fast.v1 import tensor_pb2 as pb
 
 
@@ -40,17 +48,41 @@ def space_to_proto(space: SpaceSpec) -> pb.Space:
 
 
 def space_from_proto(space: pb.Space, *, field: str = "space") -> SpaceSpec:
+    """Decode and check a space (see the module's docstring); TensorError names the field at fault."""
     if space.kind == pb.SPACE_KIND_DISCRETE:
+        if space.n < 1:
+            raise tensor.TensorError(f"{field}.n is {space.n}; a DISCRETE space needs n >= 1")
         return SpaceSpec("discrete", (), np.dtype(np.int64), n=int(space.n))
     if space.kind == pb.SPACE_KIND_BOX:
-        return SpaceSpec(
+        result = SpaceSpec(
             "box",
-            tuple(space.shape),
+            tensor.check_shape(space.shape, field=f"{field}.shape", minimum=1),
             tensor.dtype_from_proto(space.dtype, field=field),
             tensor.from_proto(space.low, field=f"{field}.low"),
             tensor.from_proto(space.high, field=f"{field}.high"),
         )
-    raise tensor.TensorError(f"{field}.kind is {space.kind}; a server must send BOX or DISCRETE")
+        _check_bounds(result, field)
+        return result
+    kind = pb.SpaceKind.Name(space.kind) if space.kind in pb.SpaceKind.values() else str(space.kind)
+    raise tensor.TensorError(f"{field}.kind is {kind}; set BOX or DISCRETE")
+
+
+def _check_bounds(space: SpaceSpec, field: str) -> None:
+    for name, bound in (("low", space.low), ("high", space.high)):
+        if bound.shape != space.shape or bound.dtype != space.dtype:
+            raise tensor.TensorError(
+                f"{field}.{name} is shape {quote(list(bound.shape))} of {bound.dtype.name}; it must be the space's "
+                f"shape {quote(list(space.shape))} and dtype {space.dtype.name}, one bound per element"
+            )
+        if bound.dtype.kind == "f" and np.isnan(bound).any():
+            raise tensor.TensorError(f"{field}.{name} holds NaN; use -inf or +inf for an unbounded element")
+    above = np.flatnonzero(space.low.reshape(-1) > space.high.reshape(-1))
+    if above.size:
+        j = int(above[0])
+        raise tensor.TensorError(
+            f"{field}: low > high at element {j} ({space.low.reshape(-1)[j].item()} > "
+            f"{space.high.reshape(-1)[j].item()}, {above.size} element(s) in all); every low must be <= its high"
+        )
 
 
 def describe_space(space: SpaceSpec) -> str:

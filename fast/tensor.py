@@ -1,14 +1,27 @@
 """numpy <-> fast.v1.Tensor: raw little-endian bytes with a dtype and a shape.
 
-Decoding validates what a peer sent (known dtype, sizes that add up) and raises
-`TensorError` naming the field, so servers can answer INVALID_ARGUMENT instead of crashing.
+Decoding validates what a peer sent and raises `TensorError` naming the field, so servers
+answer INVALID_ARGUMENT instead of crashing: a known dtype; at most MAX_DIMS dimensions, none
+negative or above MAX_DIM; an element count (computed exactly, so [2**62, 4] cannot wrap
+around to 0) that matches the bytes; BOOL bytes that are 0 or 1.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from fast.quoting import quote
 from fast.v1 import tensor_pb2 as pb
+
+# numpy's own limit on dimensions is 64; no FAST tensor needs more than a handful.
+MAX_DIMS = 32
+# One dimension at most this, and all of them (a zero counted as one) multiply to at most
+# MAX_ELEMENTS: far above any real tensor (those are bounded by the message size), far below
+# what numpy can shape, so a zero-size tensor cannot carry an absurd shape either.
+MAX_DIM = (1 << 31) - 1
+MAX_ELEMENTS = 1 << 32
 
 _PROTO_TO_NUMPY: dict[int, np.dtype] = {
     pb.DTYPE_FLOAT32: np.dtype("<f4"),
@@ -49,18 +62,41 @@ def to_proto(array: np.ndarray) -> pb.Tensor:
     return pb.Tensor(dtype=code, shape=array.shape, data=np.ascontiguousarray(array, dtype=wire).tobytes())
 
 
+def check_shape(shape, *, field: str, minimum: int = 0) -> tuple[int, ...]:
+    """`shape` as a tuple once every dimension lies in [minimum, MAX_DIM], there are at most
+    MAX_DIMS of them, and their product (zeros counted as ones) is at most MAX_ELEMENTS;
+    TensorError naming `field` (and quoting the shape, bounded) otherwise."""
+    if len(shape) > MAX_DIMS:
+        raise TensorError(f"{field} has {len(shape)} dimensions; at most {MAX_DIMS} are supported")
+    shape = tuple(int(d) for d in shape)
+    bad = [d for d in shape if not minimum <= d <= MAX_DIM]
+    if bad:
+        what = "a negative" if bad[0] < 0 else ("a zero" if bad[0] < minimum else "an absurd")
+        raise TensorError(
+            f"{field} {quote(list(shape))} has {what} dimension ({bad[0]}); every dimension must lie in "
+            f"[{minimum}, {MAX_DIM}]"
+        )
+    if math.prod(d for d in shape if d) > MAX_ELEMENTS:
+        raise TensorError(
+            f"{field} {quote(list(shape))} is absurd: its dimensions multiply to more than {MAX_ELEMENTS:,}"
+        )
+    return shape
+
+
 def from_proto(tensor: pb.Tensor, *, field: str = "tensor") -> np.ndarray:
     """Decode to a native-order array (a copy, writable)."""
     wire = _PROTO_TO_NUMPY.get(tensor.dtype)
     if wire is None:
         dtype_from_proto(tensor.dtype, field=field)  # raises with the message
-    shape = tuple(tensor.shape)
-    if any(d < 0 for d in shape):
-        raise TensorError(f"{field}.shape {list(shape)} has a negative dimension")
-    count = int(np.prod(shape, dtype=np.int64))
+    shape = check_shape(tensor.shape, field=f"{field}.shape")
+    count = math.prod(shape)  # a Python int: exact, never wraps around
     if count * wire.itemsize != len(tensor.data):
         raise TensorError(
-            f"{field}: shape {list(shape)} of {wire.name} needs {count * wire.itemsize} bytes, "
+            f"{field}: shape {quote(list(shape))} of {wire.name} needs {count * wire.itemsize} bytes, "
             f"data has {len(tensor.data)}"
         )
-    return np.frombuffer(tensor.data, dtype=wire).reshape(shape).astype(wire.newbyteorder("="), copy=True)
+    array = np.frombuffer(tensor.data, dtype=wire)
+    if wire.kind == "b" and count and np.frombuffer(tensor.data, dtype=np.uint8).max() > 1:
+        # numpy would keep the other byte values as "true" that compare unequal to True.
+        raise TensorError(f"{field}: BOOL data holds bytes other than 0 and 1")
+    return array.reshape(shape).astype(wire.newbyteorder("="), copy=True)

@@ -26,6 +26,8 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
+from fast.quoting import quote
+
 # Fields shaped exactly [T, N]; the two per-step tensors with trailing dims are obs and actions.
 _FLOAT_STEP_FIELDS = ("logprobs", "values", "rewards", "bootstrap_values")
 _BOOL_STEP_FIELDS = ("terminated", "truncated", "valid_mask")
@@ -115,13 +117,13 @@ class RolloutBatch:
                 raise ValueError(f"RolloutBatch.{name}: expected a torch.Tensor, got {type(value).__name__}")
         if self.obs.ndim < 2 or self.obs.shape[0] < 1 or self.obs.shape[1] < 1:
             raise ValueError(
-                f"RolloutBatch.obs: expected shape [T, N, *obs_shape] with T, N >= 1, got {list(self.obs.shape)}"
+                f"RolloutBatch.obs: expected shape [T, N, *obs_shape] with T, N >= 1, got {quote(list(self.obs.shape))}"
             )
         steps, slots = self.num_steps, self.num_slots
         if obs_shape is not None and tuple(self.obs.shape[2:]) != tuple(obs_shape):
             raise ValueError(
                 f"RolloutBatch.obs: expected shape [T, N, *obs_shape] = {[steps, slots, *obs_shape]}, "
-                f"got {list(self.obs.shape)}"
+                f"got {quote(list(self.obs.shape))}"
             )
         if not self.obs.is_floating_point():
             raise ValueError(f"RolloutBatch.obs: expected a floating dtype, got {self.obs.dtype}")
@@ -132,7 +134,7 @@ class RolloutBatch:
             act_shape = list(action_shape) if action_shape is not None else ["*act_shape"]
             raise ValueError(
                 f"RolloutBatch.actions: expected shape [T, N, *act_shape] = {[steps, slots, *act_shape]}, "
-                f"got {list(self.actions.shape)}"
+                f"got {quote(list(self.actions.shape))}"
             )
         if not (self.actions.is_floating_point() or self.actions.dtype == torch.int64):
             raise ValueError(
@@ -143,7 +145,7 @@ class RolloutBatch:
             tensor = getattr(self, name)
             if tuple(tensor.shape) != (steps, slots):
                 raise ValueError(
-                    f"RolloutBatch.{name}: expected shape [T, N] = {[steps, slots]}, got {list(tensor.shape)}"
+                    f"RolloutBatch.{name}: expected shape [T, N] = {[steps, slots]}, got {quote(list(tensor.shape))}"
                 )
         for name in _FLOAT_STEP_FIELDS:
             if not getattr(self, name).is_floating_point():

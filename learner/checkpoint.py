@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from fast.spaces import SpaceSpec, space_from_proto, space_to_proto
+from fast.tensor import TensorError
 from fast.v1 import tensor_pb2
 from learner.policy import ActorCritic, export_weights
 
@@ -131,8 +132,8 @@ def load_checkpoint(path: Path) -> Checkpoint:
             raise CheckpointError(f"checkpoint {path}: learner state lacks {missing}")
         return Checkpoint(
             policy_version=int(payload["policy_version"]),
-            observation_space=_space(payload["observation_space"], "observation_space"),
-            action_space=_space(payload["action_space"], "action_space"),
+            observation_space=_space(payload["observation_space"], "observation_space", path),
+            action_space=_space(payload["action_space"], "action_space", path),
             hidden_sizes=tuple(int(width) for width in payload["hidden_sizes"]),
             learner_state=learner_state,
             config=dict(payload.get("config") or {}),
@@ -216,8 +217,17 @@ def _first_line(error: Exception) -> str:
     return lines[0][:300] if lines else ""
 
 
-def _space(data: bytes, name: str) -> SpaceSpec:
-    return space_from_proto(tensor_pb2.Space.FromString(data), field=name)
+def _space(data: bytes, name: str, path: Path) -> SpaceSpec:
+    # The same checks as Initialize's: a checkpoint of a version that stored spaces it could not
+    # use (bounds of another shape, low > high) is refused here, by name, rather than restored
+    # into a learner that then fails every GetPolicy and checkpoint.
+    try:
+        return space_from_proto(tensor_pb2.Space.FromString(data), field=name)
+    except TensorError as error:
+        raise CheckpointError(
+            f"checkpoint {path} holds an invalid {name} ({error}); no learner can serve it (an older version "
+            "stored it without checking): start on another --checkpoint-dir, or move the files away"
+        ) from None
 
 
 def _fsync_directory(directory: Path) -> None:

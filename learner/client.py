@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from fast.rpc import RpcClient
+from fast.rpc import Credentials, RpcClient
 from fast.spaces import SpaceSpec, space_to_proto
 from fast.v1 import learner_pb2 as pb
 from fast.v1 import learner_pb2_grpc as pb_grpc
@@ -57,7 +57,8 @@ class SubmitReply:
 
 class LearnerClient(RpcClient):
     """numpy in, numpy/dataclasses out; one channel; `timeout_s` on every call but SubmitBatch,
-    which runs a whole PPO update and gets `update_timeout_s`."""
+    which runs a whole PPO update and gets `update_timeout_s`. Every call carries the run token
+    (`credentials`, default the environment's; fast/auth.py)."""
 
     def __init__(
         self,
@@ -66,11 +67,12 @@ class LearnerClient(RpcClient):
         timeout_s: float = 30.0,
         update_timeout_s: float = 600.0,
         max_message_bytes: int = 256 << 20,
+        credentials: Credentials | None = None,
     ) -> None:
-        super().__init__(address, max_message_bytes=max_message_bytes)
+        super().__init__(address, max_message_bytes=max_message_bytes, credentials=credentials)
         self.timeout_s = timeout_s
         self.update_timeout_s = update_timeout_s
-        self._stub = pb_grpc.LearnerStub(self._channel)
+        self._stub = self.stub(pb_grpc.LearnerStub)
 
     async def initialize(self, observation_space: SpaceSpec, action_space: SpaceSpec) -> tuple[int, bool]:
         """Set the spaces (idempotent); returns (policy_version, resumed)."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 
+from fast.tls import TlsSettings
 from learner.ppo import PPOConfig
 
 ENV_PREFIX = "FAST_LEARNER_"
@@ -19,7 +20,7 @@ _DEFAULT_PPO = PPOConfig()
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
 
-class LearnerConfig(BaseModel):
+class LearnerConfig(TlsSettings):  # tls_cert, tls_key, tls_ca, tls_server_name: fast/tls.py
     # Transport.
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535)  # 0 picks a free port and prints it

@@ -32,7 +32,7 @@ from learner.checkpoint import Checkpoint, CheckpointError, load_latest, prune_c
 from learner.config import LearnerConfig
 from learner.device import pick_device
 from learner.errors import failed_precondition, invalid_argument
-from learner.policy import ActionSpec, ActorCritic, export_weights
+from learner.policy import ActionSpec, ActorCritic, export_weights, parameter_count
 from learner.ppo import PPOLearner
 from learner.wire import LearnerStatus, Policy
 
@@ -47,8 +47,19 @@ class UpdateResult:
     checkpoint: Path | None  # written after this update (every K versions), else None
 
 
-def check_spaces(observation_space: SpaceSpec, action_space: SpaceSpec) -> ActionSpec:
-    """Refuse (INVALID_ARGUMENT) spaces the MLP actor-critic cannot serve; return the action spec."""
+# The largest policy Initialize builds (weights; Adam keeps two more copies and the update a
+# gradient): far above any MLP over a real observation (84x84x3 pixels at 64 units is 1.4 M),
+# far below what would exhaust the machine. Without it one Initialize with a Box of 10^8
+# elements (or Discrete(10^12)) would try to allocate it and take the learner down.
+MAX_POLICY_PARAMETERS = 1 << 26
+
+
+def check_spaces(
+    observation_space: SpaceSpec, action_space: SpaceSpec, hidden_sizes: tuple[int, ...] = (64, 64)
+) -> ActionSpec:
+    """Refuse (INVALID_ARGUMENT) spaces the MLP actor-critic cannot serve, or only with a network above
+    MAX_POLICY_PARAMETERS; return the action spec. (The wire form itself is checked when the spaces
+    decode: fast.spaces.space_from_proto.)"""
     if observation_space.kind != "box" or not observation_space.shape or min(observation_space.shape) < 1:
         raise invalid_argument(
             f"observation_space: expected a BOX with a non-empty shape of positive sizes, got "
@@ -62,6 +73,14 @@ def check_spaces(observation_space: SpaceSpec, action_space: SpaceSpec) -> Actio
         raise invalid_argument(
             f"action_space: a BOX action needs a float dtype (the policy is Gaussian), got "
             f"{describe_space(action_space)}; use FLOAT32, or a DISCRETE space"
+        )
+    parameters = parameter_count(tuple(observation_space.shape), action_spec, hidden_sizes)
+    if parameters > MAX_POLICY_PARAMETERS:
+        raise invalid_argument(
+            f"observation_space {describe_space(observation_space)} with action_space "
+            f"{describe_space(action_space)} needs a policy of {parameters:,} parameters (hidden sizes "
+            f"{list(hidden_sizes)}); the learner builds at most {MAX_POLICY_PARAMETERS:,}: send a smaller "
+            "observation (downsample, encode it) or fewer actions"
         )
     return action_spec
 
@@ -164,7 +183,7 @@ class LearnerCore:
     # -- worker-thread bodies (hold the state lock) ----------------------------------------
 
     def _initialize_blocking(self, observation_space: SpaceSpec, action_space: SpaceSpec) -> tuple[int, bool]:
-        action_spec = check_spaces(observation_space, action_space)
+        action_spec = check_spaces(observation_space, action_space, self._hidden_sizes)
         if self._published is not None:
             # Spaces never change once published: answer without waiting for an update in flight.
             return self._confirm_spaces(observation_space, action_space)
@@ -344,7 +363,7 @@ class LearnerCore:
 
     def _restore(self, checkpoint: Checkpoint) -> None:
         try:
-            action_spec = check_spaces(checkpoint.observation_space, checkpoint.action_space)
+            action_spec = check_spaces(checkpoint.observation_space, checkpoint.action_space, checkpoint.hidden_sizes)
         except Exception as error:
             raise CheckpointError(f"checkpoint {checkpoint.path}: {error}") from None
         if checkpoint.hidden_sizes != self._hidden_sizes:

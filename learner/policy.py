@@ -70,6 +70,24 @@ def _mlp(in_dim: int, hidden_sizes: Sequence[int], out_dim: int, out_std: float)
     return nn.Sequential(*layers)
 
 
+def _mlp_parameters(in_dim: int, hidden_sizes: Sequence[int], out_dim: int) -> int:
+    widths = [in_dim, *hidden_sizes, out_dim]
+    return sum((a + 1) * b for a, b in zip(widths, widths[1:]))  # weights and biases
+
+
+def parameter_count(obs_shape: Sequence[int], action_spec: Any, hidden_sizes: Sequence[int] = (64, 64)) -> int:
+    """How many parameters `ActorCritic(obs_shape, action_spec, hidden_sizes)` has, without building it
+    (so a caller can refuse a network too large to allocate before trying)."""
+    spec = ActionSpec.coerce(action_spec)
+    flat_obs = math.prod(obs_shape)
+    if spec.kind == "box":
+        action_dim = math.prod(spec.shape)
+        actor = _mlp_parameters(flat_obs, hidden_sizes, action_dim) + action_dim  # + actor_logstd
+    else:
+        actor = _mlp_parameters(flat_obs, hidden_sizes, spec.n)
+    return actor + _mlp_parameters(flat_obs, hidden_sizes, 1)
+
+
 class ActorCritic(nn.Module):
     """pi(a | s) and V(s) over observations `[*batch, *obs_shape]` (trailing dims are flattened)."""
 

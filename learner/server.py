@@ -1,8 +1,9 @@
 """Process shell of the learner: gRPC server, health, reflection, signals, final checkpoint.
 
 `create_server` builds and starts a server for a `LearnerCore` on an address (port 0 picks a
-free one) and returns it with the bound port; `serve` runs one until SIGTERM or SIGINT, then
-drains in-flight calls for `grace_s`, writes a final checkpoint and returns (the process exits 0).
+free one), the run token required on every call but health and reflection, and returns it with
+the bound port; `serve` runs one until SIGTERM or SIGINT, then drains in-flight calls for
+`grace_s`, writes a final checkpoint and returns (the process exits 0).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from grpc_health.v1 import health
 
 from fast.lifecycle import run_until_signal
 from fast.rpc import display_address, start_server
+from fast.tls import TlsFiles
 from fast.v1 import learner_pb2 as pb
 from fast.v1 import learner_pb2_grpc as pb_grpc
 from learner.config import LearnerConfig
@@ -25,14 +27,22 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Learner"].full_name
 
 
 async def create_server(
-    core: LearnerCore, address: str, *, max_message_bytes: int = 256 << 20
+    core: LearnerCore,
+    address: str,
+    *,
+    max_message_bytes: int = 256 << 20,
+    token: str | None = None,
+    tls: TlsFiles | None = None,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+    """`token`: the run token every call must carry (None: the environment's, fast/auth.py)."""
     servicer = LearnerServicer(core)
     return await start_server(
         address,
         SERVICE_NAME,
         lambda server: pb_grpc.add_LearnerServicer_to_server(servicer, server),
         max_message_bytes=max_message_bytes,
+        token=token,
+        tls=tls,
     )
 
 
@@ -43,7 +53,9 @@ async def serve(config: LearnerConfig) -> None:
     # listens already knows its version.
     core = LearnerCore(config)
     address = f"{config.host}:{config.port}"
-    server, port, health_servicer = await create_server(core, address, max_message_bytes=config.max_message_bytes)
+    server, port, health_servicer = await create_server(
+        core, address, max_message_bytes=config.max_message_bytes, tls=config.tls
+    )
     # Tests and `fast train` read the bound address from this line.
     print(
         f"fast learner listening on {display_address(config.host, port)} device={core.device_name} "

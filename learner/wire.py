@@ -83,8 +83,8 @@ def batch_arrays_from_proto(message: pb.RolloutBatch) -> dict[str, Any]:
         if not message.HasField(name):
             raise tensor.TensorError(f"batch.{name} is missing; every field of RolloutBatch must be set (docs/smpo.md)")
         arrays[name] = tensor.from_proto(getattr(message, name), field=f"batch.{name}")
-    if arrays["obs"].dtype.kind in "iu":
-        # Integer observations (camera pixels as UINT8) travel compact; the network reads floats.
+    if arrays["obs"].dtype.kind in "biu":
+        # Integer and boolean observations (camera pixels as UINT8) travel compact; the network reads floats.
         arrays["obs"] = arrays["obs"].astype(np.float32)
     return arrays
 

@@ -3,7 +3,8 @@
 Used by the broker, `fast play` and the benchmarks; any other client can be generated from
 protos/ alone. It imports only the bottom layer (fast.*, with the generated stubs), so a
 service that uses it gets none of the simulator server's internals. Every call has a deadline
-(`timeout_s`); errors surface as grpc.aio.AioRpcError.
+(`timeout_s`) and carries the run token (`credentials`, default the environment's; fast/auth.py);
+errors surface as grpc.aio.AioRpcError.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import grpc
 import numpy as np
 
 from fast import tensor
-from fast.rpc import RpcClient
+from fast.rpc import Credentials, RpcClient
 from fast.spaces import SpaceSpec, space_from_proto
 from fast.v1 import simulator_pb2 as pb
 from fast.v1 import simulator_pb2_grpc as pb_grpc
@@ -32,7 +33,17 @@ class ServerDescription:
 
 
 @dataclass
+class ResetReply:
+    slot_ids: np.ndarray  # [k], as the server answered them
+    observations: np.ndarray  # [k, *obs_shape]
+    timing: pb.ServerTiming
+
+
+@dataclass
 class StepReply:
+    """A Step response decoded, as the server sent it: shapes and contents are the caller's to
+    check (the broker's pool does, broker/answers.py)."""
+
     slot_ids: np.ndarray  # [k]
     observations: np.ndarray  # [k, *obs_shape]
     rewards: np.ndarray  # [k] float32
@@ -40,9 +51,11 @@ class StepReply:
     truncated: np.ndarray  # [k] bool
     episodes: list[pb.EpisodeSummary] = field(default_factory=list)
     timing: pb.ServerTiming | None = None
+    request_id: int = 0  # what the server echoed
+    sent_request_id: int = 0  # what the request carried (0 for unary Step)
 
 
-def _step_reply(response: pb.StepResponse) -> StepReply:
+def _step_reply(response: pb.StepResponse, sent_request_id: int = 0) -> StepReply:
     return StepReply(
         slot_ids=np.asarray(response.slot_ids, dtype=np.int64),
         observations=tensor.from_proto(response.observations, field="observations"),
@@ -51,14 +64,23 @@ def _step_reply(response: pb.StepResponse) -> StepReply:
         truncated=tensor.from_proto(response.truncated, field="truncated"),
         episodes=list(response.episodes),
         timing=response.timing,
+        request_id=response.request_id,
+        sent_request_id=sent_request_id,
     )
 
 
 class SimulatorClient(RpcClient):
-    def __init__(self, address: str, *, timeout_s: float = 30.0, max_message_bytes: int = 64 << 20) -> None:
-        super().__init__(address, max_message_bytes=max_message_bytes)
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout_s: float = 30.0,
+        max_message_bytes: int = 64 << 20,
+        credentials: Credentials | None = None,
+    ) -> None:
+        super().__init__(address, max_message_bytes=max_message_bytes, credentials=credentials)
         self.timeout_s = timeout_s
-        self._stub = pb_grpc.SimulatorStub(self._channel)
+        self._stub = self.stub(pb_grpc.SimulatorStub)
 
     async def describe(self) -> ServerDescription:
         r = await self._stub.Describe(pb.DescribeRequest(), timeout=self.timeout_s)
@@ -72,14 +94,18 @@ class SimulatorClient(RpcClient):
             server_version=r.server_version,
         )
 
-    async def reset(self, slot_ids, clip_ids, seeds=()) -> tuple[np.ndarray, pb.ServerTiming]:
+    async def reset(self, slot_ids, clip_ids, seeds=()) -> ResetReply:
         r = await self._stub.Reset(
             pb.ResetRequest(
                 slot_ids=list(map(int, slot_ids)), clip_ids=list(map(int, clip_ids)), seeds=list(map(int, seeds))
             ),
             timeout=self.timeout_s,
         )
-        return tensor.from_proto(r.observations, field="observations"), r.timing
+        return ResetReply(
+            slot_ids=np.asarray(r.slot_ids, dtype=np.int64),
+            observations=tensor.from_proto(r.observations, field="observations"),
+            timing=r.timing,
+        )
 
     async def step(self, slot_ids, actions: np.ndarray) -> StepReply:
         r = await self._stub.Step(
@@ -109,7 +135,7 @@ class StepStream:
         if response is grpc.aio.EOF:
             code, details = await self._call.code(), await self._call.details()
             raise ConnectionError(f"the step stream ended with {code.name}: {details}")
-        return _step_reply(response)
+        return _step_reply(response, sent_request_id=self._next_id)
 
     async def close(self) -> None:
         await self._call.done_writing()

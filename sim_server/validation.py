@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fast.quoting import quote
 from sim_server.env_api import SpaceSpec
 from sim_server.errors import ErrorKind, SimError
 
@@ -53,7 +54,7 @@ def check_actions(slot_ids: np.ndarray, actions: np.ndarray, space: SpaceSpec) -
         raise SimError(
             ErrorKind.INVALID_ARGUMENT,
             f"actions: expected shape {list(expected_shape)} ({slot_ids.size} slots x action shape "
-            f"{list(space.shape)}) of {space.dtype}, got shape {list(actions.shape)} of {actions.dtype}",
+            f"{list(space.shape)}) of {space.dtype}, got shape {quote(list(actions.shape))} of {actions.dtype}",
         )
     flat = actions.reshape(slot_ids.size, -1)
     if space.kind == "discrete":
@@ -71,7 +72,7 @@ def check_actions(slot_ids: np.ndarray, actions: np.ndarray, space: SpaceSpec) -
             j = int(nonfinite[0])
             raise SimError(
                 ErrorKind.INVALID_ARGUMENT,
-                f"slot {int(slot_ids[j])}: action {flat[j].tolist()} is not finite; send finite values "
+                f"slot {int(slot_ids[j])}: action {quote(flat[j].tolist())} is not finite; send finite values "
                 f"of shape {list(space.shape)}",
             )
     low = np.broadcast_to(space.low, space.shape).reshape(-1)

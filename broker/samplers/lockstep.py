@@ -10,8 +10,9 @@ one row of the [T, N] batch. Then the mode's rule says what happens when episode
   when the rule says the round is over, live slots are truncated (bootstrapped) and the next
   round starts; every iteration ends at a round boundary.
 
-Faults: a slot whose server fails is padding from that step; its previous step, if it was
-open, is truncated and bootstrapped from V of the observation the slot last received.
+Faults: a slot whose server fails (or answers against the contract, broker/answers.py) is
+padding from that step; its previous step, if it was open, is truncated and bootstrapped from
+V of the observation the slot last received.
 """
 
 from __future__ import annotations
@@ -121,6 +122,10 @@ class LockstepSampler:
         """Retry down servers (with their backoff) until one is up; bounded by stall_timeout_s."""
         deadline = time.monotonic() + self.stall_timeout_s
         while not self._up().any():
+            servers = [self.pool.servers[s] for s in np.unique(self.pool.slot_server[self.slots])]
+            if all(s.dropped for s in servers):  # waiting cannot help: none of them comes back
+                errors = "; ".join(f"{s.address}: {s.last_error}" for s in servers)
+                raise SamplingError(f"every simulator was dropped ({errors})")
             if time.monotonic() > deadline:
                 errors = "; ".join(f"{s.address}: {s.last_error}" for s in self.pool.servers)
                 raise SamplingError(f"no simulator answered for {self.stall_timeout_s:g} s ({errors})")

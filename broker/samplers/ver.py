@@ -118,7 +118,7 @@ class VerSampler:
             deadline = time.monotonic() + self.stall_timeout_s
             while not self.live[s]:
                 if not server.up:
-                    if time.monotonic() > deadline:
+                    if server.dropped or time.monotonic() > deadline:
                         return False
                     await self.pool.readmit_due()
                     if not server.up:
