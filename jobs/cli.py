@@ -433,7 +433,13 @@ def bench_train(
     eval_episodes_per_clip: Annotated[
         int, typer.Option(min=1, help="Held-out episodes per clip at each evaluated version.")
     ] = 2,
-    target_return: Annotated[float, typer.Option(help="Held-out return whose wall-clock is reported.")] = 80.0,
+    target_return: Annotated[
+        Optional[float],
+        typer.Option(
+            help="Held-out return whose wall-clock is reported (80 for a new benchmark; with --report-only, "
+            "recomputed for this target, or the stored one when not given)."
+        ),
+    ] = None,
     out: Annotated[
         Optional[Path], typer.Option(help="Output directory. \\[default: runs/bench-train-<timestamp>]")
     ] = None,
@@ -449,7 +455,7 @@ def bench_train(
         if out is None:
             _fail("--report-only needs --out, the directory of a finished benchmark")
         try:
-            rewrite_report(out)
+            rewrite_report(out, target_return)
         except (ValueError, OSError) as exc:
             _fail(str(exc))
         typer.echo(f"results: {out / 'train.md'}")
@@ -466,7 +472,7 @@ def bench_train(
             update_epochs=update_epochs,
             checkpoint_every=checkpoint_every,
             eval_episodes_per_clip=eval_episodes_per_clip,
-            target_return=target_return,
+            **({} if target_return is None else {"target_return": target_return}),
         )
         out_dir = out or Path("runs") / f"bench-train-{_time.strftime('%Y%m%d-%H%M%S')}"
         run(cfg, out_dir)
@@ -495,10 +501,14 @@ def play(
     seed: Annotated[int, typer.Option(help="Seed of the random policy and the clip order.")] = 0,
 ) -> None:
     """Start a simulator server, drive it over gRPC with a random policy, print episode metrics."""
+    import grpc
+
     from jobs.play import play as run_play
 
     try:
         asyncio.run(run_play(env=env, slots=slots, steps=steps, address=address, seed=seed))
+    except grpc.RpcError as exc:  # e.g. UNAUTHENTICATED: the server has another token (docs/security.md)
+        _fail(f"{address}: {exc.code().name}: {exc.details()}")
     except (ValueError, OSError, TimeoutError) as exc:
         _fail(str(exc))
 
@@ -507,15 +517,35 @@ def play(
 def health(
     address: Annotated[str, typer.Argument(help="HOST:PORT of a FAST service (sim-server, learner, broker).")],
     timeout_s: Annotated[float, typer.Option(min=0.1, help="Deadline of the check.")] = 3.0,
+    tls_ca: Annotated[Optional[Path], typer.Option(help="TLS: the CA that signed the service's certificate.")] = None,
+    tls_cert: Annotated[
+        Optional[Path], typer.Option(help="TLS: a client certificate, for a service that requires one.")
+    ] = None,
+    tls_key: Annotated[Optional[Path], typer.Option(help="TLS: the client certificate's private key.")] = None,
+    tls_server_name: Annotated[
+        Optional[str], typer.Option(help="TLS: the name the service's certificate holds, if not ADDRESS's host.")
+    ] = None,
 ) -> None:
     """Ask a service's standard gRPC health service; exit 0 when it is SERVING, 1 otherwise.
 
-    For container health checks and readiness scripts: `fast health 127.0.0.1:50051`.
+    For container health checks and readiness scripts: `fast health 127.0.0.1:50051`. The health
+    service needs no run token; a service with TLS needs the --tls-* options (docs/security.md).
     """
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(address) as channel:
+    from fast.tls import TlsFiles, channel_credentials, channel_options
+
+    try:
+        tls = TlsFiles(tls_cert, tls_key, tls_ca, tls_server_name)
+        channel = (
+            grpc.secure_channel(address, channel_credentials(tls), options=channel_options(tls))
+            if tls.on
+            else grpc.insecure_channel(address)
+        )
+    except ValueError as exc:
+        _fail(str(exc))
+    with channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
         except grpc.RpcError as exc:

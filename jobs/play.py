@@ -3,11 +3,14 @@
 The smallest end-to-end run of the stack: it starts a server process (or uses one at
 `address`), resets every slot in one batched call, steps all slots in lock-step, resets
 the slots whose episodes ended (per-slot autoreset), and prints what the episodes measured.
+A server it starts gets a token of its own; one at `address` is asked with the environment's
+(FAST_AUTH_TOKEN, FAST_AUTH_TOKEN_FILE or ~/.fast/token; docs/security.md).
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 
 import numpy as np
 from rich.console import Console
@@ -15,18 +18,24 @@ from rich.table import Table
 
 from fast.spaces import random_actions
 from jobs.processes import start_service
+from jobs.tokens import temporary_job_token
 from sim_server.client import SimulatorClient
 
 
 async def play(*, env: str, slots: int, steps: int, address: str | None, seed: int) -> None:
     console = Console()
-    server = None
-    if address is None:
-        server = start_service("sim-server", ["sim-server", "--env", env, "--slots", str(slots), "--port", "0"])
-        address = server.address
-        console.print(f"started [bold]fast sim-server[/] (pid {server.pid}) on {address}")
+    server, credentials = None, None
+    cleanup = ExitStack()
     try:
-        async with SimulatorClient(address, timeout_s=30.0) as client:
+        if address is None:
+            token = cleanup.enter_context(temporary_job_token())
+            credentials = token.credentials
+            server = start_service(
+                "sim-server", ["sim-server", "--env", env, "--slots", str(slots), "--port", "0"], env=token.env
+            )
+            address = server.address
+            console.print(f"started [bold]fast sim-server[/] (pid {server.pid}) on {address}")
+        async with SimulatorClient(address, timeout_s=30.0, credentials=credentials) as client:
             await client.wait_ready()
             desc = await client.describe()
             console.print(
@@ -53,6 +62,7 @@ async def play(*, env: str, slots: int, steps: int, address: str | None, seed: i
     finally:
         if server is not None:
             server.stop()
+        cleanup.close()
     console.print(
         f"{steps * slot_ids.size} slot-steps in {elapsed:.2f} s ({steps * slot_ids.size / elapsed:,.0f} slot-steps/s), "
         f"{len(episodes)} episodes ended"

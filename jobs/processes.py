@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from fast import auth
 from fast.lifecycle import PARENT_ENV
 
 _LISTENING = re.compile(r"listening on (\S+)")
@@ -95,13 +96,18 @@ def launch(name: str, args: list[str], env: dict[str, str] | None = None, *, new
     """Run `python -m fast <args>`; drain its output in a thread for its whole life."""
     command = [sys.executable, "-m", "fast", *args]
     extra = dict(env or {})
+    inherited = dict(os.environ)
+    if extra.keys() & auth.TOKEN_VARIABLES:
+        # The job gives the child a run token of its own: one the user exported must not override it.
+        for variable in auth.TOKEN_VARIABLES:
+            inherited.pop(variable, None)
     process = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid()), **extra},
+        env={**inherited, "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid()), **extra},
         start_new_session=new_session,
     )
     child = Launch(name, command, extra, process)

@@ -30,11 +30,16 @@ class Workload:
 
 
 def start_simulators(
-    workload: Workload, servers: int, slots: int, extra_args: tuple[str, ...] = ()
+    workload: Workload,
+    servers: int,
+    slots: int,
+    extra_args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> list[ServiceProcess]:
     """`servers` sim-server processes serving the workload, started in parallel; all stopped if one fails.
 
-    `extra_args`: more `fast sim-server` flags, e.g. ("--cost-preset", "calibrated").
+    `extra_args`: more `fast sim-server` flags, e.g. ("--cost-preset", "calibrated"); `env`: more
+    variables, e.g. the job's run token (jobs/tokens.py: JobToken.env).
     """
     args = [
         "sim-server",
@@ -50,7 +55,7 @@ def start_simulators(
         *extra_args,
     ]
     with ThreadPoolExecutor(max_workers=servers) as executor:
-        futures = [executor.submit(start_service, f"sim-server-{i}", args) for i in range(servers)]
+        futures = [executor.submit(start_service, f"sim-server-{i}", args, env=env) for i in range(servers)]
     started, errors = [], []
     for future in futures:
         try:
@@ -66,10 +71,14 @@ def start_simulators(
 
 @contextmanager
 def simulator_servers(
-    workload: Workload, servers: int, slots: int, extra_args: tuple[str, ...] = ()
+    workload: Workload,
+    servers: int,
+    slots: int,
+    extra_args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> Iterator[list[ServiceProcess]]:
     """`start_simulators`, and every server stopped on exit, whatever happened."""
-    started = start_simulators(workload, servers, slots, extra_args)
+    started = start_simulators(workload, servers, slots, extra_args, env)
     try:
         yield started
     finally:

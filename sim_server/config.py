@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from fast.tls import TlsSettings
 from sim_server.cost_model import CostModelConfig, CostPreset, cost_model_config
 from sim_server.environments import EnvSpec
 
 ENV_PREFIX = "FAST_SIM_"
 
 
-class SimServerConfig(BaseModel):
+class SimServerConfig(TlsSettings):  # tls_cert, tls_key, tls_ca, tls_server_name: fast/tls.py
     env: EnvSpec = "takeover"  # "takeover" or "gym:<Gymnasium id>"
     slots: int = Field(8, ge=1, le=4096)
     host: str = "127.0.0.1"

@@ -1,8 +1,9 @@
 """Process shell of a simulator server: gRPC server, health, reflection, signals.
 
-`create_server` builds and starts a server on an address (port 0 picks a free one) and
-returns it with the bound port; `serve` runs one until SIGTERM or SIGINT, then drains
-in-flight calls for `grace_s` and returns (the process exits 0).
+`create_server` builds and starts a server on an address (port 0 picks a free one), the run
+token required on every call but health and reflection, and returns it with the bound port;
+`serve` runs one until SIGTERM or SIGINT, then drains in-flight calls for `grace_s` and returns
+(the process exits 0).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from grpc_health.v1 import health
 
 from fast.lifecycle import run_until_signal
 from fast.rpc import display_address, start_server
+from fast.tls import TlsFiles
 from fast.v1 import simulator_pb2 as pb
 from fast.v1 import simulator_pb2_grpc as pb_grpc
 from sim_server.config import SimServerConfig
@@ -29,14 +31,23 @@ def build_simulator(config: SimServerConfig) -> Simulator:
 
 
 async def create_server(
-    simulator: Simulator, address: str, *, env_id: str, max_message_bytes: int = 64 << 20
+    simulator: Simulator,
+    address: str,
+    *,
+    env_id: str,
+    max_message_bytes: int = 64 << 20,
+    token: str | None = None,
+    tls: TlsFiles | None = None,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+    """`token`: the run token every call must carry (None: the environment's, fast/auth.py)."""
     servicer = SimulatorServicer(simulator, env_id)
     return await start_server(
         address,
         SERVICE_NAME,
         lambda server: pb_grpc.add_SimulatorServicer_to_server(servicer, server),
         max_message_bytes=max_message_bytes,
+        token=token,
+        tls=tls,
     )
 
 
@@ -44,7 +55,7 @@ async def serve(config: SimServerConfig) -> None:
     simulator = build_simulator(config)
     address = f"{config.host}:{config.port}"
     server, port, health_servicer = await create_server(
-        simulator, address, env_id=config.env, max_message_bytes=config.max_message_bytes
+        simulator, address, env_id=config.env, max_message_bytes=config.max_message_bytes, tls=config.tls
     )
     # Tests and `fast train` read the bound address from this line.
     print(

@@ -1,17 +1,44 @@
-"""Shared fixtures and checks: services started as a user starts them (`python -m fast ...`), on loopback."""
+"""Shared fixtures and checks: services started as a user starts them (`python -m fast ...`), on loopback.
+
+Before anything starts, the session gets a run token of its own (FAST_AUTH_TOKEN_FILE, in a temp
+directory that is also FAST_HOME): every service and client of the tests uses it, and no test
+reads or writes the user's ~/.fast.
+"""
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from fast import auth
+from fast.rpc import open_blocking_channel
 from fast.v1 import simulator_pb2_grpc as pb_grpc
 from jobs.processes import ServiceProcess, start_service
+
+
+def _session_token() -> Path:
+    home = Path(tempfile.mkdtemp(prefix="fast-test-auth-"))  # mode 0700
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    path = home / "session-token"
+    auth.write_token_file(path)
+    for name in auth.TOKEN_VARIABLES:
+        os.environ.pop(name, None)  # a token the user exported must not mix in
+    os.environ[auth.HOME_ENV] = str(home / "home")
+    os.environ[auth.TOKEN_FILE_ENV] = str(path)
+    return path
+
+
+SESSION_TOKEN_FILE = _session_token()
 
 
 @contextmanager
@@ -26,8 +53,9 @@ def sim_server(*args: str) -> Iterator[ServiceProcess]:
 
 @contextmanager
 def stub_for(address: str, stub_class=pb_grpc.SimulatorStub):
-    """A synchronous stub of `stub_class` on a ready channel to `address`, closed on exit."""
-    channel = grpc.insecure_channel(address)
+    """A synchronous stub of `stub_class` on a ready channel to `address` (the session's token on
+    every call), closed on exit."""
+    channel = open_blocking_channel(address)
     try:
         grpc.channel_ready_future(channel).result(timeout=10)
         yield stub_class(channel)

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 
-import grpc
 import numpy as np
 import torch
 
@@ -17,6 +16,7 @@ from broker.dealer import ClipDealer
 from broker.policy_runner import PolicyRunner
 from broker.pool import PoolTimeouts, SimulatorPool
 from broker.samplers import make_sampler
+from fast.rpc import open_blocking_channel
 from fast.v1 import broker_pb2, broker_pb2_grpc
 from jobs.processes import start_service
 from learner.batch import RolloutBatch
@@ -192,7 +192,7 @@ def test_killed_learner_resumes_from_checkpoint_and_broker_continues(tmp_path) -
             match = re.search(r"listening on (\S+)", line)
             address = match.group(1) if match else None
         assert address, "broker did not start"
-        with grpc.insecure_channel(address) as channel:
+        with open_blocking_channel(address) as channel:
             stub = broker_pb2_grpc.BrokerStub(channel)
             while stub.GetRunStatus(broker_pb2.GetRunStatusRequest(), timeout=5).iteration < 2:
                 assert time.monotonic() < deadline and broker.poll() is None

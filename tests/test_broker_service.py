@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from broker.pool import resolve_addresses
+from fast.rpc import open_blocking_channel
 from fast.v1 import broker_pb2 as pb
 from fast.v1 import broker_pb2_grpc as pb_grpc
 from jobs.processes import start_service
@@ -79,7 +80,7 @@ def test_register_pause_resume_stop(tmp_path) -> None:
     try:
         line = _wait(lambda: broker.stdout.readline(), 60, "the broker's listening line")
         address = re.search(r"listening on (\S+)", line).group(1)
-        with grpc.insecure_channel(address) as channel:
+        with open_blocking_channel(address) as channel:
             stub = pb_grpc.BrokerStub(channel)
             status = lambda: stub.GetRunStatus(pb.GetRunStatusRequest(), timeout=5)  # noqa: E731
             _wait(lambda: status().iteration >= 1, 60, "a first iteration")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 import yaml
 
 from broker.config import BrokerConfig
+from fast import auth
 from fast.config import ConfigError, resolve_config
 from learner.config import LearnerConfig
 from sim_server.config import SimServerConfig
@@ -20,15 +22,25 @@ ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_BIN = Path(compose.__file__).parent / "docker-compose"  # the Go binary, not the Python wrapper
 
 
-def _compose_config(path: Path) -> subprocess.CompletedProcess:
+def _compose_config(path: Path, token: str | None = "a-token-for-validation") -> subprocess.CompletedProcess:
+    """`docker compose config -q`, with FAST_AUTH_TOKEN set to `token` (unset when None)."""
+    env = {k: v for k, v in os.environ.items() if k != auth.TOKEN_ENV}
+    if token is not None:
+        env[auth.TOKEN_ENV] = token
     return subprocess.run(
-        [str(COMPOSE_BIN), "-f", str(path), "config", "-q"], capture_output=True, text=True, timeout=60
+        [str(COMPOSE_BIN), "-f", str(path), "config", "-q"], capture_output=True, text=True, timeout=60, env=env
     )
 
 
 def test_docker_compose_file_is_valid() -> None:
     result = _compose_config(ROOT / "docker-compose.yml")
     assert result.returncode == 0, result.stderr
+
+
+def test_compose_refuses_to_start_without_a_token() -> None:
+    result = _compose_config(ROOT / "docker-compose.yml", token=None)
+    assert result.returncode != 0
+    assert "set FAST_AUTH_TOKEN, e.g. export FAST_AUTH_TOKEN=" in result.stderr
 
 
 def test_compose_validation_catches_errors(tmp_path: Path) -> None:
@@ -77,10 +89,19 @@ def _k8s_env(kind: str, name: str) -> dict[str, str]:
 
 
 _CONFIGS = {"FAST_SIM_": SimServerConfig, "FAST_LEARNER_": LearnerConfig, "FAST_BROKER_": BrokerConfig}
+# FAST_* variables that are no service setting but are read by every service (fast/auth.py).
+_SHARED_VARIABLES = auth.TOKEN_VARIABLES | {auth.HOME_ENV}
 
 
 def _check_settings(environment: dict[str, str], where: str) -> None:
-    """Every FAST_* variable names a real setting, and the settings of each service validate."""
+    """Every FAST_* variable names a real setting (or a shared one: the run token), and the settings
+    of each service validate."""
+    stray = sorted(
+        k
+        for k in environment
+        if k.startswith("FAST_") and k not in _SHARED_VARIABLES and not k.startswith(tuple(_CONFIGS))
+    )
+    assert not stray, f"{where}: {stray} are no FAST settings"
     for prefix, model in _CONFIGS.items():
         ours = {k: v for k, v in environment.items() if k.startswith(prefix)}
         if not ours:
@@ -127,7 +148,73 @@ def test_kubernetes_settings_are_real_and_the_broker_finds_both_services() -> No
 def test_settings_check_catches_a_misspelt_variable() -> None:
     with pytest.raises(AssertionError, match="FAST_BROKER_ITERATONS"):
         _check_settings({"FAST_BROKER_ITERATONS": "3"}, "test")
+    with pytest.raises(AssertionError, match="FAST_AUTH_TOKN"):
+        _check_settings({"FAST_AUTH_TOKN": "x"}, "test")
+    _check_settings(
+        {"FAST_AUTH_TOKEN_FILE": "/run/token", "FAST_SIM_TLS_CERT": "/c.pem", "FAST_SIM_TLS_KEY": "/k"}, "t"
+    )
     with pytest.raises(ConfigError, match="iterations"):
         _check_settings(
             {"FAST_BROKER_SIMULATORS": "a:1", "FAST_BROKER_LEARNER": "b:2", "FAST_BROKER_ITERATIONS": "-1"}, "test"
         )
+
+
+# -- the run token reaches every service --------------------------------------------------------
+
+
+def test_compose_gives_every_service_the_token_from_the_shell() -> None:
+    for name, service in _compose()["services"].items():
+        token = service["environment"].get(auth.TOKEN_ENV, "")
+        # Required: compose stops when the variable is unset or empty, never runs with a default.
+        assert token.startswith("${FAST_AUTH_TOKEN:?"), f"docker-compose.yml service {name}: {token!r}"
+        assert auth.TOKEN_FILE_ENV not in service["environment"]
+
+
+def _workloads() -> list[dict]:
+    return [d for d in _k8s_documents() if d["kind"] in ("Deployment", "Job", "StatefulSet", "DaemonSet")]
+
+
+def test_kubernetes_gives_every_workload_the_token_file_from_the_secret() -> None:
+    workloads = _workloads()
+    assert {w["metadata"]["name"] for w in workloads} == {"fast-sim-server", "fast-learner", "fast-broker"}
+    assert not any(d["kind"] == "Secret" for d in _k8s_documents()), "a token must not be committed"
+    for workload in workloads:
+        where = f"deploy/k8s {workload['kind']} {workload['metadata']['name']}"
+        pod = workload["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        env = {item["name"]: item.get("value") for item in container["env"]}
+        assert auth.TOKEN_ENV not in env, f"{where}: the token goes in a file, not a variable"
+        token_path = Path(env[auth.TOKEN_FILE_ENV])
+        mounts = {m["name"]: m for m in container["volumeMounts"]}
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        (mount,) = [m for m in mounts.values() if Path(m["mountPath"]) == token_path.parent]
+        assert mount.get("readOnly") is True, where
+        secret = volumes[mount["name"]]["secret"]
+        assert secret["secretName"] == "fast-auth", where
+        assert [item["path"] for item in secret["items"] if item["key"] == "token"] == [token_path.name], where
+        # Readable by the service (non-root, through fsGroup), not by others: fast/auth.py accepts no more.
+        assert secret["defaultMode"] & 0o007 == 0 and pod["securityContext"].get("fsGroup"), where
+        assert pod["securityContext"]["runAsNonRoot"] is True, where
+        # Probes use the gRPC health service, which needs no token.
+        for probe in ("readinessProbe", "livenessProbe"):
+            if probe in container:
+                assert "grpc" in container[probe], f"{where}: {probe}"
+
+
+def _ingress_from(component: str) -> list[dict]:
+    (policy,) = [
+        d
+        for d in _k8s_documents()
+        if d["kind"] == "NetworkPolicy"
+        and d["spec"]["podSelector"]["matchLabels"].get("app.kubernetes.io/component") == component
+    ]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    return [peer["podSelector"]["matchLabels"] for rule in policy["spec"]["ingress"] for peer in rule["from"]]
+
+
+def test_network_policies_let_only_the_broker_reach_simulators_and_learner() -> None:
+    broker = {"app.kubernetes.io/name": "fast", "app.kubernetes.io/component": "broker"}
+    assert _ingress_from("sim-server") == [broker]
+    assert _ingress_from("learner") == [broker, {"app": "fast-gateway"}]
+    job = next(d for d in _k8s_documents() if d["kind"] == "Job")
+    assert broker.items() <= job["spec"]["template"]["metadata"]["labels"].items()

@@ -37,6 +37,7 @@ def test_every_message_and_field_is_commented() -> None:
 
 CLIENT = textwrap.dedent(
     """
+    import os
     import sys
     import grpc
     import numpy as np
@@ -44,14 +45,23 @@ CLIENT = textwrap.dedent(
     import fast.v1.simulator_pb2 as generated
     assert generated.__file__.startswith(sys.argv[2]), generated.__file__  # stubs from protos/ only
     assert "sim_server" not in sys.modules
+    # Every call but health carries the run token (docs/security.md); here from the file the
+    # services were given, in FAST_AUTH_TOKEN_FILE.
+    with open(os.environ["FAST_AUTH_TOKEN_FILE"]) as file:
+        auth = [("authorization", "Bearer " + file.read().strip())]
     with grpc.insecure_channel(sys.argv[1]) as channel:
         stub = pb_grpc.SimulatorStub(channel)
-        d = stub.Describe(pb.DescribeRequest(), timeout=10)
-        r = stub.Reset(pb.ResetRequest(slot_ids=[0, 1], clip_ids=[3, 4], seeds=[0, 0]), timeout=10)
+        try:
+            stub.Describe(pb.DescribeRequest(), timeout=10)  # no token
+            raise AssertionError("a call without the token was answered")
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.UNAUTHENTICATED, exc
+        d = stub.Describe(pb.DescribeRequest(), timeout=10, metadata=auth)
+        r = stub.Reset(pb.ResetRequest(slot_ids=[0, 1], clip_ids=[3, 4], seeds=[0, 0]), timeout=10, metadata=auth)
         assert r.observations.dtype == tpb.DTYPE_FLOAT32 and list(r.observations.shape)[0] == 2
         shape = [2] + list(d.action_space.shape)
         actions = tpb.Tensor(dtype=tpb.DTYPE_FLOAT32, shape=shape, data=np.zeros(shape, "<f4").tobytes())
-        s = stub.Step(pb.StepRequest(slot_ids=[0, 1], actions=actions), timeout=10)
+        s = stub.Step(pb.StepRequest(slot_ids=[0, 1], actions=actions), timeout=10, metadata=auth)
         rewards = np.frombuffer(s.rewards.data, "<f4")
         print("OK", d.env_id, d.num_slots, d.num_clips, rewards.shape[0])
     """

@@ -21,6 +21,7 @@ from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
 from broker.samplers import MODE_NAMES, make_sampler
 from jobs.simulators import Workload, simulator_servers
+from jobs.tokens import temporary_job_token
 
 MODES = MODE_NAMES  # the broker's sampling modes (broker/samplers/), all benchmarked by default
 
@@ -143,12 +144,15 @@ async def measure_mode(
 async def simulator_pool(cfg: SamplingBenchConfig, preset: str) -> AsyncIterator[SimulatorPool]:
     """`cfg.servers` sim-server processes under `preset`, with slots for the largest clip count, as one pool.
 
-    The servers are stopped on exit, whatever happened.
+    The servers are stopped on exit, whatever happened. They and the pool share a token of their own.
     """
     workload = Workload(cfg.env, (), cfg.holdout_every)
     slots = math.ceil(max(cfg.clips) / cfg.servers)
-    with simulator_servers(workload, cfg.servers, slots, ("--cost-preset", preset)) as servers:
-        pool = SimulatorPool()
+    with (
+        temporary_job_token() as token,
+        simulator_servers(workload, cfg.servers, slots, ("--cost-preset", preset), token.env) as servers,
+    ):
+        pool = SimulatorPool(credentials=token.credentials)
         try:
             for server in servers:
                 await pool.add(server.address)

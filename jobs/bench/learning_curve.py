@@ -21,6 +21,7 @@ from broker.dealer import holdout_clips
 from broker.evaluate import evaluate, summarize
 from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
+from fast.rpc import Credentials
 from learner.checkpoint import list_checkpoints, load_checkpoint, policy_weights
 
 
@@ -45,14 +46,16 @@ async def evaluate_checkpoints(
     holdout_every: int,
     episodes_per_clip: int,
     seed: int,
+    credentials: Credentials | None = None,
 ) -> list[dict]:
     """One point per checkpoint of run_dir: version, time_s, transitions and the held-out summary.
 
     Checkpoints whose version has no wall-clock in metrics.jsonl (none should) are skipped.
+    `credentials`: the servers' run token (None: the environment's).
     """
     clock = version_clock(run_dir / "metrics.jsonl")
     points = []
-    pool = SimulatorPool()
+    pool = SimulatorPool(credentials=credentials)
     try:
         for address in addresses:
             await pool.add(address)

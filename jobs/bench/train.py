@@ -32,6 +32,7 @@ from broker.dealer import HOLDOUT_EVERY
 from jobs.bench.harness import MODES
 from jobs.bench.learning_curve import evaluate_checkpoints, time_to_target
 from jobs.simulators import Workload, simulator_servers
+from jobs.tokens import JobToken, temporary_job_token
 from learner.checkpoint import prune_checkpoints
 
 
@@ -95,8 +96,10 @@ def run(cfg: TrainBenchConfig, out_dir: Path, log=print) -> dict:
     records = []
     slots = math.ceil(cfg.clips / cfg.servers)
     # The held-out evaluations' own simulators: the training workload, no emulated cost (what is
-    # measured there is the policy, not the clock). Idle while a training run goes.
-    with simulator_servers(Workload("takeover", (), HOLDOUT_EVERY), cfg.servers, slots) as evaluators:
+    # measured there is the policy, not the clock). Idle while a training run goes. A token of their
+    # own; every `fast train` makes one per run.
+    workload = Workload("takeover", (), HOLDOUT_EVERY)
+    with temporary_job_token() as token, simulator_servers(workload, cfg.servers, slots, env=token.env) as evaluators:
         for seed in range(cfg.seeds):
             for mode in cfg.modes:
                 records.append(
@@ -107,6 +110,7 @@ def run(cfg: TrainBenchConfig, out_dir: Path, log=print) -> dict:
                         runs_dir,
                         slots,
                         [s.address for s in evaluators],
+                        token,
                         log,
                         f"{len(records) + 1}/{cfg.seeds * len(cfg.modes)}",
                     )
@@ -118,14 +122,23 @@ def run(cfg: TrainBenchConfig, out_dir: Path, log=print) -> dict:
     return result
 
 
-def rewrite_report(out_dir: Path) -> dict:
-    """Recompute the summary of an existing benchmark's train.json and rewrite it, train.md and the PNG."""
+def rewrite_report(out_dir: Path, target_return: float | None = None) -> dict:
+    """Recompute the summary of an existing benchmark's train.json and rewrite it, train.md and the PNG.
+
+    With `target_return`, every run's time to target is recomputed from its stored held-out
+    curve for that target, and the target is stored with the result; without, the stored one holds.
+    """
     path = Path(out_dir) / "train.json"
     if not path.is_file():
         raise ValueError(f"{path} does not exist; pass the --out of a finished `fast bench train`")
     try:
         result = json.loads(path.read_text())
+        if target_return is not None:
+            result["config"]["target_return"] = target_return
         cfg = TrainBenchConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in result["config"].items()})
+        for record in result["runs"]:
+            reached = time_to_target(record["eval_curve"], cfg.target_return)
+            record["time_to_target_s"], record["transitions_to_target"] = reached if reached else (None, None)
         result["summary"] = summarize(result["runs"], cfg)
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(
@@ -138,7 +151,15 @@ def rewrite_report(out_dir: Path) -> dict:
 
 
 def _train_and_evaluate(
-    cfg: TrainBenchConfig, mode: str, seed: int, runs_dir: Path, slots: int, evaluators: list[str], log, progress: str
+    cfg: TrainBenchConfig,
+    mode: str,
+    seed: int,
+    runs_dir: Path,
+    slots: int,
+    evaluators: list[str],
+    token: JobToken,
+    log,
+    progress: str,
 ) -> dict:
     name = f"{mode}-s{seed}"
     run_dir = runs_dir / name
@@ -187,6 +208,7 @@ def _train_and_evaluate(
             holdout_every=HOLDOUT_EVERY,
             episodes_per_clip=cfg.eval_episodes_per_clip,
             seed=cfg.eval_seed,
+            credentials=token.credentials,
         )
     )
     prune_checkpoints(run_dir / "checkpoints", keep=1)

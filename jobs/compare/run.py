@@ -28,9 +28,11 @@ from broker.dealer import HOLDOUT_EVERY, holdout_clips
 from broker.evaluate import evaluate, evaluation_episodes
 from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
+from fast.rpc import Credentials
 from fast.spaces import SpaceSpec, describe_space, spaces_equal
 from jobs.compare.jackknife import LEVEL, PairedDifference, paired_difference, t_quantile
 from jobs.simulators import Workload, simulator_servers
+from jobs.tokens import temporary_job_token
 from learner.checkpoint import Checkpoint, CheckpointError, load_latest, policy_weights
 
 FORMAT = "jobs.compare/1"
@@ -179,9 +181,12 @@ async def evaluate_policies(
     *,
     episodes_per_clip: int,
     seed: int,
+    credentials: Credentials | None = None,
 ) -> tuple[np.ndarray, int, dict[Path, list[dict]]]:
-    """(held-out clips, catalog size, episodes of each distinct run) on one pool of the given servers."""
-    pool = SimulatorPool()
+    """(held-out clips, catalog size, episodes of each distinct run) on one pool of the given servers.
+
+    `credentials`: the servers' run token (None: the environment's)."""
+    pool = SimulatorPool(credentials=credentials)
     try:
         for address in addresses:
             await pool.add(address)
@@ -310,10 +315,15 @@ def compare(
     started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)  # an unwritable --out fails now, not after the evaluation
 
-    with simulator_servers(workload, servers, slots) as simulators:
+    # Servers of its own, with a token of its own.
+    with temporary_job_token() as token, simulator_servers(workload, servers, slots, env=token.env) as simulators:
         clips, num_clips, episodes = asyncio.run(
             evaluate_policies(
-                [s.address for s in simulators], runs_a + runs_b, episodes_per_clip=episodes_per_clip, seed=seed
+                [s.address for s in simulators],
+                runs_a + runs_b,
+                episodes_per_clip=episodes_per_clip,
+                seed=seed,
+                credentials=token.credentials,
             )
         )
 

@@ -23,6 +23,7 @@ from broker.dealer import holdout_clips
 from broker.evaluate import evaluate, summarize
 from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
+from fast.rpc import Credentials
 from learner.checkpoint import CheckpointError, load_latest, policy_weights
 from learner.client import LearnerClient
 
@@ -37,22 +38,26 @@ class FinalPolicy:
     source: str  # "learner" or the checkpoint's path
 
 
-async def capture_initial_policy(simulator_address: str, learner_address: str) -> FinalPolicy:
+async def capture_initial_policy(
+    simulator_address: str, learner_address: str, credentials: Credentials | None = None
+) -> FinalPolicy:
     """Initialise the learner with the simulator's spaces and take its version-0 policy."""
     from sim_server.client import SimulatorClient
 
-    async with SimulatorClient(simulator_address, timeout_s=15.0) as simulator:
+    async with SimulatorClient(simulator_address, timeout_s=15.0, credentials=credentials) as simulator:
         description = await simulator.describe()
-    async with LearnerClient(learner_address, timeout_s=15.0) as learner:
+    async with LearnerClient(learner_address, timeout_s=15.0, credentials=credentials) as learner:
         await learner.initialize(description.observation_space, description.action_space)
         policy = await learner.get_policy()
     return FinalPolicy(policy.version, tuple(policy.hidden_sizes), policy.weights, "learner (before training)")
 
 
-async def fetch_final_policy(learner_address: str, checkpoint_dir: Path) -> FinalPolicy:
+async def fetch_final_policy(
+    learner_address: str, checkpoint_dir: Path, credentials: Credentials | None = None
+) -> FinalPolicy:
     """The learner's current policy; its newest checkpoint when the learner does not answer."""
     try:
-        async with LearnerClient(learner_address, timeout_s=15.0) as learner:
+        async with LearnerClient(learner_address, timeout_s=15.0, credentials=credentials) as learner:
             policy = await learner.get_policy()
         return FinalPolicy(policy.version, tuple(policy.hidden_sizes), policy.weights, "learner")
     except grpc.aio.AioRpcError as exc:
@@ -83,11 +88,14 @@ async def evaluate_run(
     holdout_every: int,
     seed: int,
     initial: FinalPolicy | None = None,
+    credentials: Credentials | None = None,
 ) -> dict:
-    """Evaluate the final, the initial and a random policy on the held-out clips; the content of eval.json."""
+    """Evaluate the final, the initial and a random policy on the held-out clips; the content of eval.json.
+
+    `credentials`: the run's token (None: the environment's)."""
     started = time.perf_counter()
-    final = await fetch_final_policy(learner_address, checkpoint_dir)
-    pool = SimulatorPool()
+    final = await fetch_final_policy(learner_address, checkpoint_dir, credentials)
+    pool = SimulatorPool(credentials=credentials)
     try:
         for address in simulators:
             await pool.add(address)

@@ -16,6 +16,7 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from fast.rpc import Credentials, open_blocking_channel
 from fast.v1 import broker_pb2 as pb
 from fast.v1 import broker_pb2_grpc as pb_grpc
 
@@ -83,11 +84,13 @@ def _finite(value) -> bool:
 
 
 class BrokerStatus:
-    """GetRunStatus of one broker, each call with a short deadline; None when it does not answer."""
+    """GetRunStatus of one broker, each call with a short deadline; None when it does not answer.
 
-    def __init__(self, address: str, timeout_s: float = 1.0) -> None:
+    `credentials`: the run's token (None: the environment's)."""
+
+    def __init__(self, address: str, credentials: Credentials | None = None, timeout_s: float = 1.0) -> None:
         self.timeout_s = timeout_s
-        self._channel = grpc.insecure_channel(address)
+        self._channel = open_blocking_channel(address, credentials=credentials)
         self._stub = pb_grpc.BrokerStub(self._channel)
 
     def poll(self) -> pb.GetRunStatusResponse | None:

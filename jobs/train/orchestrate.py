@@ -26,6 +26,7 @@ from rich.console import Console
 
 from broker.dealer import HOLDOUT_EVERY
 from jobs import processes
+from jobs.tokens import JobToken, write_job_token
 from jobs.train.config import TrainConfig
 from jobs.train.monitor import BrokerStatus, MetricsTail, ProgressView, TensorBoardSink
 from jobs.train.report import ReportError, write_report
@@ -97,6 +98,7 @@ class TrainingRun:
         self.broker: processes.Launch | None = None
         self.initial_policy = None  # version 0's weights, for the evaluation
         self.addresses: dict[str, str] = {}
+        self.token: JobToken | None = None  # the run's own token (runs/<name>/token), made by start()
         self.iterations_done = 0
         self.broker_error = ""  # the broker's own account (GetRunStatus.error)
         self.failure = ""  # what else ended the run (a service that died)
@@ -108,6 +110,8 @@ class TrainingRun:
         cfg = self.cfg
         deadline = time.monotonic() + cfg.startup_timeout_s
         stopping = lambda: bool(self.signals.received)  # noqa: E731
+        # A fresh token per run, in a file only its user can read; the services get its path.
+        self.token = write_job_token(self.run_dir / "token")
         for i in range(cfg.servers):
             self.sims.append(
                 _launch(
@@ -125,6 +129,7 @@ class TrainingRun:
                         "--cost-preset",
                         cfg.cost_preset,
                     ],
+                    env=self.token.env,
                 )
             )
         self.learner = _launch(
@@ -150,7 +155,11 @@ class TrainingRun:
                 "--keep-checkpoints",
                 str(cfg.keep_checkpoints),
             ],
-            env={"FAST_LEARNER_GAMMA": repr(cfg.gamma), "FAST_LEARNER_ENT_COEF": repr(cfg.ent_coef)},
+            env={
+                **self.token.env,
+                "FAST_LEARNER_GAMMA": repr(cfg.gamma),
+                "FAST_LEARNER_ENT_COEF": repr(cfg.ent_coef),
+            },
         )
         self.write_config()
         # Importing torch and tensorboard takes seconds; done while the children start up.
@@ -161,7 +170,9 @@ class TrainingRun:
             from jobs.train.evaluation import capture_initial_policy
 
             self.initial_policy = asyncio.run(
-                capture_initial_policy(self.addresses[self.sims[0].name], self.addresses["learner"])
+                capture_initial_policy(
+                    self.addresses[self.sims[0].name], self.addresses["learner"], self.token.credentials
+                )
             )
         self.broker = _launch(
             "broker",
@@ -190,7 +201,7 @@ class TrainingRun:
                 "--port",
                 "0",
             ],
-            env={"FAST_BROKER_HOLDOUT_EVERY": str(HOLDOUT_EVERY)},
+            env={**self.token.env, "FAST_BROKER_HOLDOUT_EVERY": str(HOLDOUT_EVERY)},
         )
         self.addresses["broker"] = processes.wait_listening(self.broker, deadline, stopping).address
         self.write_config()
@@ -216,7 +227,7 @@ class TrainingRun:
     # -- watch ---------------------------------------------------------------------------
     def watch(self) -> str:
         """Follow the broker until it exits ("done" / "failed") or a signal arrives ("interrupted")."""
-        status = BrokerStatus(self.addresses["broker"])
+        status = BrokerStatus(self.addresses["broker"], self.token.credentials)
         last: dict | None = None
         reported_dead: set[str] = set()
         try:
@@ -302,6 +313,7 @@ class TrainingRun:
                 holdout_every=HOLDOUT_EVERY,
                 seed=cfg.seed,
                 initial=self.initial_policy,
+                credentials=self.token.credentials,
             )
         )
         (self.run_dir / "eval.json").write_text(json.dumps(result, indent=1))
