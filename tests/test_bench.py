@@ -287,6 +287,13 @@ def test_bench_train_tiny_runs_fast_train_per_mode_and_seed_and_evaluates_checkp
     done = _fast("bench", "train", "--report-only", "--out", str(out), timeout=120)
     assert done.returncode == 0, done.stderr
     assert "| fast | 1 | 1 |" in (out / "train.md").read_text() and len(list((out / "runs").iterdir())) == 2
+    # ... for a new target, recomputed from the stored held-out curves: no run reaches 1e9.
+    done = _fast("bench", "train", "--report-only", "--out", str(out), "--target-return", "1e9", timeout=120)
+    assert done.returncode == 0, done.stderr
+    rewritten = json.loads((out / "train.json").read_text())
+    assert rewritten["config"]["target_return"] == 1e9
+    assert all(r["time_to_target_s"] is None and r["transitions_to_target"] is None for r in rewritten["runs"])
+    assert "| fast | 1 | 0 |" in (out / "train.md").read_text()
     done = _fast("bench", "train", "--report-only", timeout=60)
     assert done.returncode == 2 and "--report-only needs --out" in done.stderr
 
