@@ -87,3 +87,18 @@ def takeover_server() -> Iterator[ServiceProcess]:
 def takeover_stub(takeover_server: ServiceProcess) -> Iterator[pb_grpc.SimulatorStub]:
     with stub_for(takeover_server.address) as stub:
         yield stub
+
+
+class Aborted(Exception):
+    """What FakeContext.abort raises: the status code and details a servicer answered with."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code, self.details = code, details
+
+
+class FakeContext:
+    """The one grpc.aio context method servicers call on refusal, for tests without sockets."""
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise Aborted(code, details)

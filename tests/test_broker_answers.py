@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import grpc
 import numpy as np
 import pytest
+from conftest import Aborted, FakeContext
 from scripted_env import ScriptedLengthEnv
 
 from broker import answers
@@ -299,17 +300,6 @@ def test_every_simulator_dropped_ends_sampling_at_once_naming_them() -> None:
 
 
 # -- addresses -------------------------------------------------------------------------------------
-
-
-class Aborted(Exception):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code, self.details = code, details
-
-
-class FakeContext:
-    async def abort(self, code: grpc.StatusCode, details: str) -> None:
-        raise Aborted(code, details)
 
 
 @pytest.mark.parametrize(

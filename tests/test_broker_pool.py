@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import grpc
 import numpy as np
 import pytest
+from conftest import Aborted, FakeContext
 
 import broker.pool
 import broker.servicer
@@ -57,17 +58,6 @@ class FakeClient:
 
     async def __aexit__(self, *exc) -> None:
         pass
-
-
-class Aborted(Exception):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code, self.details = code, details
-
-
-class FakeContext:
-    async def abort(self, code: grpc.StatusCode, details: str) -> None:
-        raise Aborted(code, details)
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,7 @@ from fast.v1 import learner_pb2 as lpb
 from fast.v1 import simulator_pb2 as spb
 from fast.v1 import tensor_pb2 as tpb
 from jobs.processes import ServiceProcess, start_service
-from learner.wire import batch_to_proto
+from learner.wire import BATCH_TENSOR_FIELDS, batch_to_proto
 
 FUZZ = settings(
     max_examples=40,
@@ -287,31 +287,20 @@ def test_fuzz_learner_initialize(learner_stub, observation_space, action_space) 
     _learner_still_serves(learner_stub)
 
 
-BATCH_FIELDS = (
-    "obs",
-    "actions",
-    "logprobs",
-    "values",
-    "rewards",
-    "terminated",
-    "truncated",
-    "valid_mask",
-    "bootstrap_values",
-)
 
 
 @st.composite
 def batch_mutations(draw) -> list[tuple[str, str, object]]:
     """1 to 3 changes to a good batch: (what, field, value)."""
     change = st.one_of(
-        st.tuples(st.just("replace"), st.sampled_from(BATCH_FIELDS), tensors()),
-        st.tuples(st.just("clear"), st.sampled_from(BATCH_FIELDS), st.none()),
+        st.tuples(st.just("replace"), st.sampled_from(BATCH_TENSOR_FIELDS), tensors()),
+        st.tuples(st.just("clear"), st.sampled_from(BATCH_TENSOR_FIELDS), st.none()),
         st.tuples(
             st.just("poison"),
             st.sampled_from(("obs", "actions", "logprobs", "values", "rewards", "bootstrap_values")),
             st.sampled_from([np.nan, np.inf, -np.inf, 3e38]),
         ),
-        st.tuples(st.just("dtype"), st.sampled_from(BATCH_FIELDS), DTYPE_CODES),
+        st.tuples(st.just("dtype"), st.sampled_from(BATCH_TENSOR_FIELDS), DTYPE_CODES),
         st.tuples(st.just("version"), st.just(""), INT64),
     )
     return draw(st.lists(change, min_size=1, max_size=3))

@@ -12,7 +12,7 @@ import grpc
 import numpy as np
 import pytest
 import torch
-from conftest import stub_for
+from conftest import Aborted, FakeContext, stub_for
 
 from fast import tensor
 from fast.spaces import SpaceSpec, space_to_proto
@@ -70,17 +70,6 @@ BAD_INITIALIZE = {
     ),
     "missing action space": (pb.InitializeRequest(observation_space=space_to_proto(OBS)), "action_space is missing"),
 }
-
-
-class Aborted(Exception):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code, self.details = code, details
-
-
-class FakeContext:
-    async def abort(self, code: grpc.StatusCode, details: str) -> None:
-        raise Aborted(code, details)
 
 
 def _core(tmp_path: Path) -> LearnerCore:
