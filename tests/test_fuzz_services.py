@@ -287,8 +287,6 @@ def test_fuzz_learner_initialize(learner_stub, observation_space, action_space) 
     _learner_still_serves(learner_stub)
 
 
-
-
 @st.composite
 def batch_mutations(draw) -> list[tuple[str, str, object]]:
     """1 to 3 changes to a good batch: (what, field, value)."""
