@@ -12,6 +12,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -199,8 +200,12 @@ def test_a_call_without_the_right_token_is_unauthenticated(stack, service: str) 
             assert "FAST_AUTH_TOKEN" in details and "authorization: Bearer" in details
         health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
         assert health.status == health_pb2.HealthCheckResponse.SERVING
-    refusals = [line for line in stack[service].output if "refused" in line]
-    assert refusals and f"/{method}" in refusals[0]
+    # The service logs the refusal on its stderr, which a thread of ours reads: wait for the line.
+    deadline = time.monotonic() + 15
+    while not (refusals := [line for line in stack[service].output if "refused" in line]):
+        assert time.monotonic() < deadline, f"{service} logged no refusal: {stack[service].output[-5:]}"
+        time.sleep(0.05)
+    assert f"/{method}" in refusals[0]
     assert not any(TOKEN in line or WRONG in line for line in stack[service].output)
 
 
