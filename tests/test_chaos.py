@@ -118,6 +118,7 @@ def test_the_fault_plan_is_seeded_and_inside_the_run() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.chaos
 @pytest.mark.timeout(240)
 def test_a_tiny_chaos_run_loses_duplicates_and_corrupts_nothing() -> None:
     cfg = chaos.ChaosConfig(
