@@ -135,17 +135,33 @@ class VerSampler:
                     stats.slot_resets += 1
             return True
 
+        # Steps taken from the budget whose answer is not in yet: a failed one gives its sample back,
+        # so a slot may stop only when the budget is spent and nothing is in flight.
+        in_flight = [0]
+        step_done = asyncio.Event()
+
         async def slot_loop(s: int) -> None:
             seg = segments[s]
-            while budget[0] > 0:
+            while True:
+                if budget[0] <= 0:
+                    if in_flight[0] == 0:
+                        return
+                    step_done.clear()
+                    await step_done.wait()
+                    continue
                 if not await ensure_live(s):
                     return  # its server stayed down: the other slots fill the budget
                 if budget[0] <= 0:
-                    return
+                    continue
                 budget[0] -= 1
-                action, env_action, logprob, value = await batcher.act(self.obs[s])
-                t0 = time.perf_counter()
-                r = await self.pool.step(self.slots[s : s + 1], env_action[None], unary=True)
+                in_flight[0] += 1
+                try:
+                    action, env_action, logprob, value = await batcher.act(self.obs[s])
+                    t0 = time.perf_counter()
+                    r = await self.pool.step(self.slots[s : s + 1], env_action[None], unary=True)
+                finally:
+                    in_flight[0] -= 1
+                    step_done.set()
                 step_s[s] += time.perf_counter() - t0
                 step_server_s[s] += r.server_s
                 if r.failed[0]:
