@@ -180,21 +180,13 @@ class SimulatorPool:
         except TensorError as exc:  # spaces that do not decode, or that no one could use
             await client.close()
             raise ValueError(f"simulator {address} answered Describe badly: {exc}") from None
-        problem = answers.description_problem(desc)
-        if problem:
+        refusal = self.refusal(address, desc)
+        if refusal:
             await client.close()
-            raise ValueError(f"simulator {address} answered Describe badly: {problem}")
-        if self.observation_space is None:
-            self.observation_space, self.action_space, self.num_clips = (
-                desc.observation_space,
-                desc.action_space,
-                desc.num_clips,
-            )
-        else:
-            refusal = self.refusal(address, desc)
-            if refusal:
-                await client.close()
-                raise ValueError(refusal)
+            raise ValueError(refusal)
+        if self.observation_space is None:  # the first server sets the pool's spaces
+            self.observation_space, self.action_space = desc.observation_space, desc.action_space
+            self.num_clips = desc.num_clips
         handle = ServerHandle(len(self.servers), address, client, desc.env_id, desc.num_slots, self.num_slots)
         self.servers.append(handle)
         self.slot_server = np.concatenate([self.slot_server, np.full(desc.num_slots, handle.index)])
