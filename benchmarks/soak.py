@@ -152,6 +152,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-fraction", type=float, default=0.2)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "soak")
     args = parser.parse_args(argv)
+    for name, ok, rule in (
+        ("--minutes", args.minutes > 0, "> 0"),
+        ("--servers", args.servers >= 1, ">= 1"),
+        ("--slots", args.slots >= 1, ">= 1"),
+        ("--interval-s", args.interval_s > 0, "> 0"),
+        ("--warmup-fraction", 0 <= args.warmup_fraction < 1, "in [0, 1)"),
+    ):
+        if not ok:
+            parser.error(f"{name} must be {rule}")
 
     runs_dir = Path(tempfile.mkdtemp(prefix="fast-soak-"))
     name = "soak"
