@@ -70,6 +70,7 @@ class IterationStats:
             "episode_length_mean": float(lengths.mean()) if lengths.size else float("nan"),
             "episode_lengths": self.episode_lengths,
             "episode_return_mean": float(np.mean(self.episode_returns)) if self.episode_returns else float("nan"),
+            "episode_returns": self.episode_returns,
             "global_resets": self.global_resets,
             "global_resets_per_1k_valid": 1000.0 * self.global_resets / max(self.valid, 1),
             "slot_resets_per_1k_valid": 1000.0 * self.slot_resets / max(self.valid, 1),

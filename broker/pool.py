@@ -11,6 +11,9 @@ reward, a slot both terminated and truncated, ...), is faulted the same way: not
 answer is used. After `max_bad_answers` bad answers with no good Step answer between them it is
 dropped: never re-admitted in this run (RegisterSimulator refuses it too), since a server that
 keeps breaking the contract would keep costing a step and a reset each time.
+
+A server leaves only between iterations (`remove`, after a control call detached it): the
+global slot ids of the servers after it move down, so the sampler is rebuilt, as when one joins.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ log = logging.getLogger("fast.broker.pool")
 # slots are lost for now and the server is retried. (A finished stream raises InvalidStateError.)
 _FAULTS = (grpc.RpcError, asyncio.TimeoutError, asyncio.InvalidStateError, ConnectionError, OSError)
 T = TypeVar("T")
+# Weight of the newest call in a server's latency moving averages (status only, never a decision).
+LATENCY_EMA_WEIGHT = 0.1
 # A host name of RFC 1123 labels (and underscores, which Docker's service names use), or an IPv4
 # address; IPv6 comes in brackets and is checked apart.
 _LABEL = r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
@@ -109,6 +114,9 @@ class ServerHandle:
     bad_answers: int = 0  # bad answers since its last good Step answer
     dropped: bool = False  # too many bad answers: never re-admitted in this run
     readmitting: bool = False  # a readmission attempt is in flight
+    draining: bool = False  # detached by a control call: removed at the next iteration boundary
+    step_latency_s: float = 0.0  # moving average of its answered Step calls' wall seconds; 0 before the first
+    reset_latency_s: float = 0.0  # the same for its Reset calls
 
 
 @dataclass
@@ -333,6 +341,7 @@ class SimulatorPool:
 
         async def call(server: ServerHandle, positions: np.ndarray) -> None:
             local = self.slot_local[slots[positions]]
+            started = time.perf_counter()
             reply = await self._call(
                 server,
                 lambda: request(server, local, env_actions[positions]),
@@ -342,6 +351,7 @@ class SimulatorPool:
             if reply is None:
                 out.failed[positions] = True
                 return
+            server.step_latency_s = moving_average(server.step_latency_s, time.perf_counter() - started)
             out.observations[positions] = reply.observations
             out.rewards[positions] = reply.rewards
             out.terminated[positions] = reply.terminated
@@ -365,6 +375,7 @@ class SimulatorPool:
 
         async def call(server: ServerHandle, positions: np.ndarray) -> None:
             local = self.slot_local[slots[positions]]
+            started = time.perf_counter()
             reply = await self._call(
                 server,
                 lambda: server.client.reset(local, clips[positions], seeds[positions]),
@@ -374,6 +385,7 @@ class SimulatorPool:
             if reply is None:
                 out.failed[positions] = True
                 return
+            server.reset_latency_s = moving_average(server.reset_latency_s, time.perf_counter() - started)
             out.observations[positions] = reply.observations
             timing = reply.timing
             out.server_s = max(out.server_s, timing.compute_s + timing.emulated_s + timing.queued_s)
@@ -411,11 +423,48 @@ class SimulatorPool:
             return None
         return reply
 
+    async def remove(self, address: str) -> ServerHandle:
+        """Take the server at `address` out of the pool and close its channel; KeyError if it is not in it.
+
+        Global slot ids are renumbered: the servers after it move down by its slot count, so
+        `slot_server`, `slot_local`, every `index` and `slot_offset` stay consistent, and any
+        sampler built over the old numbering must be rebuilt. Call it between iterations only:
+        no call of the server may be in flight.
+        """
+        server = next((s for s in self.servers if s.address == address), None)
+        if server is None:
+            raise KeyError(address)
+        self.servers.remove(server)
+        self._renumber()
+        if server.stream is not None:
+            server.stream.cancel()
+            server.stream = None
+        await server.client.close()
+        return server
+
+    def _renumber(self) -> None:
+        """Indices, slot offsets and the slot maps from the servers list, in its order."""
+        offset = 0
+        for index, server in enumerate(self.servers):
+            server.index, server.slot_offset = index, offset
+            offset += server.num_slots
+        self.slot_server = np.concatenate(
+            [np.zeros(0, np.int64)] + [np.full(s.num_slots, s.index, dtype=np.int64) for s in self.servers]
+        )
+        self.slot_local = np.concatenate(
+            [np.zeros(0, np.int64)] + [np.arange(s.num_slots, dtype=np.int64) for s in self.servers]
+        )
+
     async def close(self) -> None:
         for server in self.servers:
             if server.stream is not None:
                 server.stream.cancel()
             await server.client.close()
+
+
+def moving_average(previous: float, sample: float, weight: float = LATENCY_EMA_WEIGHT) -> float:
+    """Exponential moving average of latencies; `previous` 0 means no sample yet, so the first is taken whole."""
+    return sample if previous == 0.0 else previous + weight * (sample - previous)
 
 
 def _describe_error(exc: BaseException) -> str:

@@ -5,6 +5,10 @@ learner refuses anything else. When the learner is unreachable the run waits (bo
 learner_wait_s) and retries the same batch; when the learner answers that the batch is stale
 (it restarted from an older checkpoint, or another broker advanced it), the batch is
 dropped, the current policy fetched, and sampling starts again.
+
+Control calls (pause, stop, UpdateSettings, DetachSimulator, RegisterSimulator) take effect
+between iterations, at the boundary before the next one samples: a batch is never cut short,
+and no collected transition is lost.
 """
 
 from __future__ import annotations
@@ -22,10 +26,14 @@ import numpy as np
 
 from broker.config import BrokerConfig
 from broker.dealer import ClipDealer
+from broker.histogram import EPISODE_LENGTH_BOUNDS, EPISODE_RETURN_BOUNDS, CumulativeHistogram
+from broker.history import MetricsHistory
 from broker.policy_runner import PolicyRunner
-from broker.pool import PoolTimeouts, SimulatorPool, resolve_addresses
+from broker.pool import PoolTimeouts, ServerHandle, SimulatorPool, resolve_addresses
 from broker.retry import RetryExpired, retry
 from broker.samplers import Sampler, SamplingError, make_sampler
+from broker.settings import RunSettings, changes, learner_changes
+from fast.quoting import quote
 from fast.rpc import Credentials
 from learner.client import LearnerClient
 
@@ -36,12 +44,24 @@ class RunFailed(RuntimeError):
     pass
 
 
+class ControlRefused(RuntimeError):
+    """A control call the run's state forbids (FAILED_PRECONDITION); the message says why."""
+
+
+class UnknownSimulator(LookupError):
+    """A control call names a simulator that is not attached (NOT_FOUND); the message quotes it."""
+
+    def __str__(self) -> str:  # LookupError's str would repr the message
+        return str(self.args[0]) if self.args else ""
+
+
 class RunState(enum.Enum):
     """Where a run is; only BrokerRun moves it (its value is the word the broker prints)."""
 
     STARTING = "starting"
     RUNNING = "running"
     PAUSED = "paused"
+    PAUSING = "pausing"  # asked to pause; the iteration in flight finishes first
     DONE = "done"
     FAILED = "failed"
 
@@ -60,6 +80,21 @@ class BrokerRun:
         self.valid_total = 0
         self.stale_batches = 0
         self.last_metrics: dict | None = None
+        # Since the run started, over the iterations learnt from (the metrics.jsonl lines).
+        self.transitions_total = 0
+        self.global_resets_total = 0
+        self.faults_total = 0
+        self.episode_lengths = CumulativeHistogram(EPISODE_LENGTH_BOUNDS)
+        self.episode_returns = CumulativeHistogram(EPISODE_RETURN_BOUNDS)
+        self.history = MetricsHistory()
+        # The settings in force, those accepted for the next boundary, and the changes the next
+        # metrics line reports (those applied at a boundary whose iteration was refused as stale
+        # wait for the iteration that is learnt from).
+        self.settings = RunSettings(config.alpha, config.t_max, config.samples_per_iteration)
+        self.pending_settings: RunSettings | None = None
+        self._unreported_changes: list[dict] = []
+        self._last_learner_stats: dict | None = None
+        self._in_iteration = False  # between the boundary that opened an iteration and its end
         self.pool = SimulatorPool(
             PoolTimeouts(
                 step_s=config.step_timeout_s, reset_s=config.reset_timeout_s, describe_s=config.describe_timeout_s
@@ -72,6 +107,7 @@ class BrokerRun:
             config.learner, update_timeout_s=config.update_timeout_s, credentials=self.pool.credentials
         )
         self._pending_addresses: list[str] = []
+        self._detached: set[str] = set()  # addresses DNS discovery must not bring back (until registered)
         self._pause = asyncio.Event()
         self._pause.set()  # set = running
         self._stop = False
@@ -81,14 +117,12 @@ class BrokerRun:
 
     # -- control -------------------------------------------------------------------------
     def pause(self) -> None:
+        """Finish the iteration in flight, then wait; the state reads PAUSING until that iteration is
+        done, then PAUSED: a caller that sees PAUSED knows nothing more is sampled."""
         self._pause.clear()
-        if self._state is RunState.RUNNING:
-            self._state = RunState.PAUSED
 
     def resume(self) -> None:
         self._pause.set()
-        if self._state is RunState.PAUSED:
-            self._state = RunState.RUNNING
 
     def stop(self) -> None:
         self._stop = True
@@ -99,11 +133,61 @@ class BrokerRun:
         self._state, self._error = RunState.FAILED, reason
 
     def register(self, address: str) -> None:
-        """Queue a simulator server; it joins at the next iteration boundary."""
+        """Queue a simulator server; it joins at the next iteration boundary (a detached one too)."""
+        self._detached.discard(address)
         self._pending_addresses.append(address)
+
+    def update_settings(
+        self, *, alpha: float | None = None, t_max: int | None = None, samples_per_iteration: int | None = None
+    ) -> tuple[RunSettings, int]:
+        """Accept new settings (None keeps one) for the next iteration boundary.
+
+        Returns the settings that will be in force and the first iteration sampled with them.
+        SettingError names a value out of range; ControlRefused when the run is over. Updates
+        before one boundary add up: the last value given for each setting wins.
+        """
+        if self.state.finished:
+            raise ControlRefused(f"the run is {self.state.value}; its settings no longer change")
+        base = self.pending_settings or self.settings
+        self.pending_settings = base.updated(alpha=alpha, t_max=t_max, samples_per_iteration=samples_per_iteration)
+        return self.pending_settings, self.next_boundary_iteration
+
+    @property
+    def next_boundary_iteration(self) -> int:
+        """The first iteration that starts after the next boundary: the one in flight + 1."""
+        return self.iteration + (2 if self._in_iteration else 1)
+
+    def detach(self, address: str) -> ServerHandle:
+        """Mark an attached simulator draining: its slots leave at the next iteration boundary.
+
+        UnknownSimulator if it is not attached; ControlRefused if the run is over or if no other
+        attached server (not draining, not dropped) would be left to sample with.
+        """
+        if self.state.finished:
+            raise ControlRefused(f"the run is {self.state.value}; there is nothing to detach from")
+        server = next((s for s in self.pool.servers if s.address == address), None)
+        if server is None:
+            raise UnknownSimulator(
+                f"simulator {quote(address)} is not attached; GetRunStatus lists the attached ones by address"
+            )
+        others = [s for s in self.pool.servers if s is not server and not s.draining and not s.dropped]
+        if not server.draining and not others:
+            raise ControlRefused(
+                f"simulator {quote(address)} is the last one left to sample with; register another "
+                "(RegisterSimulator) and wait for it to join before detaching this one"
+            )
+        server.draining = True
+        return server
+
+    @property
+    def active_slots(self) -> int:
+        """Slots of the servers attached, not draining and not dropped: those the next iterations use."""
+        return sum(s.num_slots for s in self.pool.servers if not s.draining and not s.dropped)
 
     @property
     def state(self) -> RunState:
+        if self._state is RunState.RUNNING and not self._pause.is_set():
+            return RunState.PAUSING if self._in_iteration else RunState.PAUSED
         return self._state
 
     @property
@@ -124,13 +208,17 @@ class BrokerRun:
                 await self._pause.wait()
                 if self._stop:
                     break
-                await self._admit_new_servers()
-                await self._iterate()
+                await self._between_iterations()
+                try:
+                    await self._iterate()
+                finally:
+                    self._in_iteration = False
             self._state = RunState.DONE
         except (RunFailed, SamplingError, ConnectionError, ValueError) as exc:
             self.fail(str(exc))
             log.error("run failed: %s", exc)
         finally:
+            self.history.close()  # watchers get the last iterations, then their streams end
             await self.pool.close()
             await self.learner.close()
 
@@ -149,6 +237,32 @@ class BrokerRun:
         self._dealer = ClipDealer(self.pool.num_clips, holdout_every=self.config.holdout_every, seed=self.config.seed)
         self._sampler = self._make_sampler()
 
+    async def _between_iterations(self) -> None:
+        """The boundary: detached servers leave, registered ones join, pending settings take effect."""
+        resized = await self._remove_detached_servers()
+        resized = await self._admit_new_servers() or resized
+        if resized:
+            # Global slot ids moved: a fresh sampler over the new pool (its live episodes restart).
+            self._sampler = self._make_sampler()
+        self._in_iteration = True
+        if self.pending_settings is not None:
+            new, self.pending_settings = self.pending_settings, None
+            self._unreported_changes += changes(self.settings, new)
+            self.settings = new
+            self._sampler.apply_settings(
+                samples_per_iteration=new.samples_per_iteration, alpha=new.alpha, t_max=new.t_max
+            )
+            log.info("settings from iteration %d: %s", self.iteration + 1, new.as_dict())
+
+    async def _remove_detached_servers(self) -> bool:
+        """Take the draining servers out of the pool (their last batch was submitted); True if any left."""
+        draining = [s.address for s in self.pool.servers if s.draining]
+        for address in draining:
+            await self.pool.remove(address)
+            self._detached.add(address)
+            log.info("simulator %s detached", address)
+        return bool(draining)
+
     async def _retry_until(self, deadline: float, attempt, what: str):
         """Start-up: a simulator or the learner may not be up yet; connection errors are retried too."""
         try:
@@ -166,26 +280,29 @@ class BrokerRun:
             raise RunFailed(f"{what}: {exc.code().name}: {exc.details()}") from None
 
     def _make_sampler(self) -> Sampler:
-        c = self.config
+        c, s = self.config, self.settings
         return make_sampler(
             c.mode,
             self.pool,
             self.runner,
             self._dealer,
-            samples_per_iteration=c.samples_per_iteration,
-            alpha=c.alpha,
-            t_max=c.t_max,
+            samples_per_iteration=s.samples_per_iteration,
+            alpha=s.alpha,
+            t_max=s.t_max,
             stall_timeout_s=c.stall_timeout_s,
         )
 
-    async def _admit_new_servers(self) -> None:
-        """Servers registered at run time, or new IPs behind a DNS name, join between iterations."""
+    async def _admit_new_servers(self) -> bool:
+        """Servers registered at run time, or new IPs behind a DNS name, join between iterations.
+
+        True if any joined. A detached address is not brought back by DNS, only by registering it.
+        """
         known = {s.address for s in self.pool.servers}
         candidates, self._pending_addresses = list(self._pending_addresses), []
         for spec in self.config.simulators:
             if spec.startswith("dns:"):
                 try:
-                    candidates += resolve_addresses(spec)
+                    candidates += [a for a in resolve_addresses(spec) if a not in self._detached]
                 except OSError as exc:
                     log.warning("cannot resolve %s: %s", spec, exc)
         joined = False
@@ -198,8 +315,7 @@ class BrokerRun:
                 log.info("simulator %s joined", address)
             except (ConnectionError, ValueError) as exc:
                 log.warning("simulator %s not admitted: %s", address, exc)
-        if joined:
-            self._sampler = self._make_sampler()
+        return joined
 
     async def _iterate(self) -> None:
         started = time.perf_counter()
@@ -212,15 +328,27 @@ class BrokerRun:
         self.runner.load(reply.policy.version, reply.policy.weights)
         self.iteration += 1
         self.valid_total += stats.valid
+        self.transitions_total += stats.transitions
+        self.global_resets_total += stats.global_resets
+        self.faults_total += stats.faults
+        self.episode_lengths.observe(stats.episode_lengths)
+        self.episode_returns.observe(stats.episode_returns)
+        learner = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in reply.stats.items()}
         metrics = {
             "iteration": self.iteration,
             "policy_version": version,
             "time": time.time(),
             "iteration_time_s": time.perf_counter() - started,
             **sampling,
-            "learner": {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in reply.stats.items()},
+            "learner": learner,
+            "settings": self.settings.as_dict(),
         }
+        changed = self._unreported_changes + learner_changes(self._last_learner_stats, reply.stats)
+        if changed:
+            metrics["settings_changed"] = changed
+        self._unreported_changes, self._last_learner_stats = [], dict(reply.stats)
         self.last_metrics = metrics
+        self.history.append(metrics)
         if self._metrics_file is not None:
             self._metrics_file.parent.mkdir(parents=True, exist_ok=True)
             with self._metrics_file.open("a") as f:

@@ -1,13 +1,21 @@
-"""The fast.v1.Broker servicer: status and control of a run, translated to and from protos."""
+"""The fast.v1.Broker servicer: status and control of a run, translated to and from protos.
+
+The logic lives in BrokerRun (broker/run.py), the history (broker/history.py), the settings'
+bounds (broker/settings.py) and the wire forms (broker/wire.py); here requests become plain
+calls and their errors become status codes.
+"""
 
 from __future__ import annotations
 
-import json
+import contextlib
 
 import grpc
 
-from broker.pool import resolve_addresses
-from broker.run import BrokerRun, RunState
+from broker import wire
+from broker.history import HISTORY_PAGE
+from broker.pool import ServerHandle, resolve_addresses
+from broker.run import BrokerRun, ControlRefused, RunState, UnknownSimulator
+from broker.settings import SettingError
 from fast.quoting import quote, shorten
 from fast.tensor import TensorError
 from fast.v1 import broker_pb2 as pb
@@ -18,6 +26,7 @@ _STATES = {
     RunState.STARTING: pb.RUN_STATE_STARTING,
     RunState.RUNNING: pb.RUN_STATE_RUNNING,
     RunState.PAUSED: pb.RUN_STATE_PAUSED,
+    RunState.PAUSING: pb.RUN_STATE_PAUSING,
     RunState.DONE: pb.RUN_STATE_DONE,
     RunState.FAILED: pb.RUN_STATE_FAILED,
 }
@@ -29,27 +38,72 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     async def GetRunStatus(self, request, context) -> pb.GetRunStatusResponse:
         run = self.run
-        return pb.GetRunStatusResponse(
+        reply = pb.GetRunStatusResponse(
             state=_STATES[run.state],
             mode=run.config.mode,
             iteration=run.iteration,
             iterations_total=run.config.iterations,
             policy_version=max(run.policy_version, 0),
             valid_steps_total=run.valid_total,
-            last_metrics_json=json.dumps(run.last_metrics, default=str) if run.last_metrics else "",
-            simulators=[
-                pb.SimulatorStatus(
-                    address=s.address,
-                    up=s.up,
-                    num_slots=s.num_slots,
-                    faults=s.faults,
-                    readmissions=s.readmissions,
-                    last_error=s.last_error,
-                )
-                for s in run.pool.servers
-            ],
+            simulators=[_simulator_status(s) for s in run.pool.servers],
             error=run.error,
+            settings=wire.settings_to_proto(run.settings),
+            num_slots=run.active_slots,
+            transitions_total=run.transitions_total,
+            global_resets_total=run.global_resets_total,
+            faults_total=run.faults_total,
+            episode_length_histogram=wire.histogram_to_proto(run.episode_lengths),
+            episode_return_histogram=wire.histogram_to_proto(run.episode_returns),
+            stale_batches=run.stale_batches,
         )
+        if run.last_metrics is not None:
+            reply.last_metrics.CopyFrom(wire.metrics_to_proto(run.last_metrics))
+        if run.pending_settings is not None:
+            reply.pending_settings.CopyFrom(wire.settings_to_proto(run.pending_settings))
+        return reply
+
+    async def GetMetricsHistory(self, request, context) -> pb.GetMetricsHistoryResponse:
+        if request.max_count < 0:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"max_count is {request.max_count}; give 1..{HISTORY_PAGE:,}, or 0 for {HISTORY_PAGE:,}",
+            )
+        count = min(request.max_count or HISTORY_PAGE, HISTORY_PAGE)
+        held = self.run.history.since(request.since_iteration, count)
+        return pb.GetMetricsHistoryResponse(iterations=[wire.metrics_to_proto(m) for m in held])
+
+    async def WatchMetrics(self, request, context):
+        # aclosing: the follower is closed (and unsubscribed) whether the stream ends, fails, or
+        # its client goes away (gRPC then cancels this coroutine).
+        async with contextlib.aclosing(self.run.history.follow(request.since_iteration)) as iterations:
+            async for metrics in iterations:
+                yield wire.metrics_to_proto(metrics)
+
+    async def UpdateSettings(self, request, context) -> pb.UpdateSettingsResponse:
+        given = {
+            name: getattr(request, name) if request.HasField(name) else None
+            for name in ("alpha", "t_max", "samples_per_iteration")
+        }
+        try:
+            settings, effective = self.run.update_settings(**given)
+        except SettingError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except ControlRefused as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        return pb.UpdateSettingsResponse(settings=wire.settings_to_proto(settings), effective_iteration=effective)
+
+    async def DetachSimulator(self, request, context) -> pb.DetachSimulatorResponse:
+        if not request.address:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "address is empty; give HOST:PORT as GetRunStatus lists it"
+            )
+        try:
+            server = self.run.detach(request.address)
+        except UnknownSimulator as exc:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+        except ControlRefused as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        return pb.DetachSimulatorResponse(num_slots=server.num_slots)
 
     async def RegisterSimulator(self, request, context) -> pb.RegisterSimulatorResponse:
         if not request.address:
@@ -104,3 +158,18 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             what = "unset" if request.action == pb.CONTROL_ACTION_UNSPECIFIED else f"{request.action}, unknown"
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"action is {what}; use PAUSE, RESUME or STOP")
         return pb.ControlResponse(state=_STATES[run.state])
+
+
+def _simulator_status(server: ServerHandle) -> pb.SimulatorStatus:
+    return pb.SimulatorStatus(
+        address=server.address,
+        up=server.up,
+        num_slots=server.num_slots,
+        faults=server.faults,
+        readmissions=server.readmissions,
+        last_error=server.last_error,
+        env_id=server.env_id,
+        step_latency_s=server.step_latency_s,
+        reset_latency_s=server.reset_latency_s,
+        draining=server.draining,
+    )

@@ -92,6 +92,12 @@ class LockstepSampler:
     def mode(self) -> str:
         return self.rule.name
 
+    def apply_settings(self, *, samples_per_iteration: int, alpha: float, t_max: int) -> None:
+        # Every iteration ends at a round boundary (or, without rounds, between steps), so a new
+        # rule takes over cleanly; live episodes of sc and autoreset carry on.
+        self.samples_per_iteration = samples_per_iteration
+        self.rule = type(self.rule).configured(alpha=alpha, t_max=t_max)
+
     @property
     def rounds(self) -> bool:
         return self.rule.rounds

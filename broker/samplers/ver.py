@@ -101,6 +101,9 @@ class VerSampler:
         self.live = np.zeros(n, dtype=bool)
         self.episode_len = np.zeros(n, dtype=np.int64)
 
+    def apply_settings(self, *, samples_per_iteration: int, alpha: float, t_max: int) -> None:
+        self.samples_per_iteration = samples_per_iteration  # VER has no rounds: alpha and t_max do not apply
+
     async def sample(self) -> tuple[dict[str, np.ndarray], IterationStats]:
         n = self.slots.size
         stats = IterationStats("ver", n)

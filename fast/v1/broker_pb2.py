@@ -22,33 +22,64 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from fast.v1 import learner_pb2 as fast_dot_v1_dot_learner__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x66\x61st/v1/broker.proto\x12\x07\x66\x61st.v1\"{\n\x0fSimulatorStatus\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\n\n\x02up\x18\x02 \x01(\x08\x12\x11\n\tnum_slots\x18\x03 \x01(\x05\x12\x0e\n\x06\x66\x61ults\x18\x04 \x01(\x03\x12\x14\n\x0creadmissions\x18\x05 \x01(\x03\x12\x12\n\nlast_error\x18\x06 \x01(\t\"\x15\n\x13GetRunStatusRequest\"\xfe\x01\n\x14GetRunStatusResponse\x12 \n\x05state\x18\x01 \x01(\x0e\x32\x11.fast.v1.RunState\x12\x0c\n\x04mode\x18\x02 \x01(\t\x12\x11\n\titeration\x18\x03 \x01(\x03\x12\x18\n\x10iterations_total\x18\x04 \x01(\x03\x12\x16\n\x0epolicy_version\x18\x05 \x01(\x03\x12\x19\n\x11valid_steps_total\x18\x06 \x01(\x03\x12\x19\n\x11last_metrics_json\x18\x07 \x01(\t\x12,\n\nsimulators\x18\x08 \x03(\x0b\x32\x18.fast.v1.SimulatorStatus\x12\r\n\x05\x65rror\x18\t \x01(\t\"+\n\x18RegisterSimulatorRequest\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\">\n\x19RegisterSimulatorResponse\x12\x11\n\tnum_slots\x18\x01 \x01(\x05\x12\x0e\n\x06\x65nv_id\x18\x02 \x01(\t\"8\n\x0e\x43ontrolRequest\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32\x16.fast.v1.ControlAction\"3\n\x0f\x43ontrolResponse\x12 \n\x05state\x18\x01 \x01(\x0e\x32\x11.fast.v1.RunState*\x94\x01\n\x08RunState\x12\x19\n\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12RUN_STATE_STARTING\x10\x01\x12\x15\n\x11RUN_STATE_RUNNING\x10\x02\x12\x14\n\x10RUN_STATE_PAUSED\x10\x03\x12\x12\n\x0eRUN_STATE_DONE\x10\x04\x12\x14\n\x10RUN_STATE_FAILED\x10\x05*}\n\rControlAction\x12\x1e\n\x1a\x43ONTROL_ACTION_UNSPECIFIED\x10\x00\x12\x18\n\x14\x43ONTROL_ACTION_PAUSE\x10\x01\x12\x19\n\x15\x43ONTROL_ACTION_RESUME\x10\x02\x12\x17\n\x13\x43ONTROL_ACTION_STOP\x10\x03\x32\xef\x01\n\x06\x42roker\x12K\n\x0cGetRunStatus\x12\x1c.fast.v1.GetRunStatusRequest\x1a\x1d.fast.v1.GetRunStatusResponse\x12Z\n\x11RegisterSimulator\x12!.fast.v1.RegisterSimulatorRequest\x1a\".fast.v1.RegisterSimulatorResponse\x12<\n\x07\x43ontrol\x12\x17.fast.v1.ControlRequest\x1a\x18.fast.v1.ControlResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x66\x61st/v1/broker.proto\x12\x07\x66\x61st.v1\x1a\x15\x66\x61st/v1/learner.proto\"\xce\x01\n\x0fSimulatorStatus\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\n\n\x02up\x18\x02 \x01(\x08\x12\x11\n\tnum_slots\x18\x03 \x01(\x05\x12\x0e\n\x06\x66\x61ults\x18\x04 \x01(\x03\x12\x14\n\x0creadmissions\x18\x05 \x01(\x03\x12\x12\n\nlast_error\x18\x06 \x01(\t\x12\x0e\n\x06\x65nv_id\x18\x07 \x01(\t\x12\x16\n\x0estep_latency_s\x18\x08 \x01(\x01\x12\x17\n\x0freset_latency_s\x18\t \x01(\x01\x12\x10\n\x08\x64raining\x18\n \x01(\x08\"J\n\x0bRunSettings\x12\r\n\x05\x61lpha\x18\x01 \x01(\x01\x12\r\n\x05t_max\x18\x02 \x01(\x03\x12\x1d\n\x15samples_per_iteration\x18\x03 \x01(\x03\"g\n\tTimeSplit\x12\x10\n\x08stepping\x18\x01 \x01(\x01\x12\x11\n\tresetting\x18\x02 \x01(\x01\x12\x11\n\tinference\x18\x03 \x01(\x01\x12\x11\n\ttransport\x18\x04 \x01(\x01\x12\x0f\n\x07waiting\x18\x05 \x01(\x01\"O\n\x0b\x45pisodeEnds\x12\x12\n\nterminated\x18\x01 \x01(\x03\x12\x10\n\x08\x63lip_end\x18\x02 \x01(\x03\x12\x0b\n\x03\x63ut\x18\x03 \x01(\x03\x12\r\n\x05\x66\x61ult\x18\x04 \x01(\x03\"C\n\rSettingChange\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\told_value\x18\x02 \x01(\x01\x12\x11\n\tnew_value\x18\x03 \x01(\x01\"\xb4\x07\n\x10IterationMetrics\x12\x11\n\titeration\x18\x01 \x01(\x03\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x0c\n\x04time\x18\x03 \x01(\x01\x12\x18\n\x10iteration_time_s\x18\x04 \x01(\x01\x12\x0c\n\x04mode\x18\x05 \x01(\t\x12\x11\n\tnum_slots\x18\x06 \x01(\x03\x12\x17\n\x0fsampling_time_s\x18\x07 \x01(\x01\x12\x13\n\x0btransitions\x18\x08 \x01(\x03\x12\x19\n\x11valid_transitions\x18\t \x01(\x03\x12\x16\n\x0eraw_throughput\x18\n \x01(\x01\x12\x10\n\x08validity\x18\x0b \x01(\x01\x12\x1c\n\x14\x65\x66\x66\x65\x63tive_throughput\x18\x0c \x01(\x01\x12\x17\n\x0ftime_efficiency\x18\r \x01(\x01\x12(\n\x0ctime_split_s\x18\x0e \x01(\x0b\x32\x12.fast.v1.TimeSplit\x12\x10\n\x08\x65pisodes\x18\x0f \x01(\x03\x12*\n\x0c\x65pisode_ends\x18\x10 \x01(\x0b\x32\x14.fast.v1.EpisodeEnds\x12 \n\x13\x65pisode_length_mean\x18\x11 \x01(\x01H\x00\x88\x01\x01\x12\x17\n\x0f\x65pisode_lengths\x18\x12 \x03(\x03\x12 \n\x13\x65pisode_return_mean\x18\x13 \x01(\x01H\x01\x88\x01\x01\x12\x17\n\x0f\x65pisode_returns\x18\x14 \x03(\x01\x12\x15\n\rglobal_resets\x18\x15 \x01(\x03\x12\"\n\x1aglobal_resets_per_1k_valid\x18\x16 \x01(\x01\x12 \n\x18slot_resets_per_1k_valid\x18\x17 \x01(\x01\x12\x13\n\x0breset_calls\x18\x18 \x01(\x03\x12\x0e\n\x06\x66\x61ults\x18\x19 \x01(\x03\x12>\n\x0b\x63losed_loop\x18\x1a \x03(\x0b\x32).fast.v1.IterationMetrics.ClosedLoopEntry\x12%\n\x07learner\x18\x1b \x01(\x0b\x32\x14.fast.v1.UpdateStats\x12&\n\x08settings\x18\x1c \x01(\x0b\x32\x14.fast.v1.RunSettings\x12\x30\n\x10settings_changed\x18\x1d \x03(\x0b\x32\x16.fast.v1.SettingChange\x1a\x31\n\x0f\x43losedLoopEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x16\n\x14_episode_length_meanB\x16\n\x14_episode_return_mean\"I\n\tHistogram\x12\x14\n\x0cupper_bounds\x18\x01 \x03(\x01\x12\x19\n\x11\x63umulative_counts\x18\x02 \x03(\x03\x12\x0b\n\x03sum\x18\x03 \x01(\x01\"\x15\n\x13GetRunStatusRequest\"\xe9\x04\n\x14GetRunStatusResponse\x12 \n\x05state\x18\x01 \x01(\x0e\x32\x11.fast.v1.RunState\x12\x0c\n\x04mode\x18\x02 \x01(\t\x12\x11\n\titeration\x18\x03 \x01(\x03\x12\x18\n\x10iterations_total\x18\x04 \x01(\x03\x12\x16\n\x0epolicy_version\x18\x05 \x01(\x03\x12\x19\n\x11valid_steps_total\x18\x06 \x01(\x03\x12,\n\nsimulators\x18\x08 \x03(\x0b\x32\x18.fast.v1.SimulatorStatus\x12\r\n\x05\x65rror\x18\t \x01(\t\x12/\n\x0clast_metrics\x18\n \x01(\x0b\x32\x19.fast.v1.IterationMetrics\x12&\n\x08settings\x18\x0b \x01(\x0b\x32\x14.fast.v1.RunSettings\x12.\n\x10pending_settings\x18\x0c \x01(\x0b\x32\x14.fast.v1.RunSettings\x12\x11\n\tnum_slots\x18\r \x01(\x03\x12\x19\n\x11transitions_total\x18\x0e \x01(\x03\x12\x1b\n\x13global_resets_total\x18\x0f \x01(\x03\x12\x14\n\x0c\x66\x61ults_total\x18\x10 \x01(\x03\x12\x34\n\x18\x65pisode_length_histogram\x18\x11 \x01(\x0b\x32\x12.fast.v1.Histogram\x12\x34\n\x18\x65pisode_return_histogram\x18\x12 \x01(\x0b\x32\x12.fast.v1.Histogram\x12\x15\n\rstale_batches\x18\x13 \x01(\x03J\x04\x08\x07\x10\x08R\x11last_metrics_json\"F\n\x18GetMetricsHistoryRequest\x12\x17\n\x0fsince_iteration\x18\x01 \x01(\x03\x12\x11\n\tmax_count\x18\x02 \x01(\x05\"J\n\x19GetMetricsHistoryResponse\x12-\n\niterations\x18\x01 \x03(\x0b\x32\x19.fast.v1.IterationMetrics\".\n\x13WatchMetricsRequest\x12\x17\n\x0fsince_iteration\x18\x01 \x01(\x03\"\x91\x01\n\x15UpdateSettingsRequest\x12\x12\n\x05\x61lpha\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\x05t_max\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\"\n\x15samples_per_iteration\x18\x03 \x01(\x03H\x02\x88\x01\x01\x42\x08\n\x06_alphaB\x08\n\x06_t_maxB\x18\n\x16_samples_per_iteration\"]\n\x16UpdateSettingsResponse\x12&\n\x08settings\x18\x01 \x01(\x0b\x32\x14.fast.v1.RunSettings\x12\x1b\n\x13\x65\x66\x66\x65\x63tive_iteration\x18\x02 \x01(\x03\")\n\x16\x44\x65tachSimulatorRequest\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\",\n\x17\x44\x65tachSimulatorResponse\x12\x11\n\tnum_slots\x18\x01 \x01(\x05\"+\n\x18RegisterSimulatorRequest\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\">\n\x19RegisterSimulatorResponse\x12\x11\n\tnum_slots\x18\x01 \x01(\x05\x12\x0e\n\x06\x65nv_id\x18\x02 \x01(\t\"8\n\x0e\x43ontrolRequest\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32\x16.fast.v1.ControlAction\"3\n\x0f\x43ontrolResponse\x12 \n\x05state\x18\x01 \x01(\x0e\x32\x11.fast.v1.RunState*\xab\x01\n\x08RunState\x12\x19\n\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12RUN_STATE_STARTING\x10\x01\x12\x15\n\x11RUN_STATE_RUNNING\x10\x02\x12\x14\n\x10RUN_STATE_PAUSED\x10\x03\x12\x12\n\x0eRUN_STATE_DONE\x10\x04\x12\x14\n\x10RUN_STATE_FAILED\x10\x05\x12\x15\n\x11RUN_STATE_PAUSING\x10\x06*}\n\rControlAction\x12\x1e\n\x1a\x43ONTROL_ACTION_UNSPECIFIED\x10\x00\x12\x18\n\x14\x43ONTROL_ACTION_PAUSE\x10\x01\x12\x19\n\x15\x43ONTROL_ACTION_RESUME\x10\x02\x12\x17\n\x13\x43ONTROL_ACTION_STOP\x10\x03\x32\xbf\x04\n\x06\x42roker\x12K\n\x0cGetRunStatus\x12\x1c.fast.v1.GetRunStatusRequest\x1a\x1d.fast.v1.GetRunStatusResponse\x12Z\n\x11RegisterSimulator\x12!.fast.v1.RegisterSimulatorRequest\x1a\".fast.v1.RegisterSimulatorResponse\x12<\n\x07\x43ontrol\x12\x17.fast.v1.ControlRequest\x1a\x18.fast.v1.ControlResponse\x12Z\n\x11GetMetricsHistory\x12!.fast.v1.GetMetricsHistoryRequest\x1a\".fast.v1.GetMetricsHistoryResponse\x12I\n\x0cWatchMetrics\x12\x1c.fast.v1.WatchMetricsRequest\x1a\x19.fast.v1.IterationMetrics0\x01\x12Q\n\x0eUpdateSettings\x12\x1e.fast.v1.UpdateSettingsRequest\x1a\x1f.fast.v1.UpdateSettingsResponse\x12T\n\x0f\x44\x65tachSimulator\x12\x1f.fast.v1.DetachSimulatorRequest\x1a .fast.v1.DetachSimulatorResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'fast.v1.broker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RUNSTATE']._serialized_start=659
-  _globals['_RUNSTATE']._serialized_end=807
-  _globals['_CONTROLACTION']._serialized_start=809
-  _globals['_CONTROLACTION']._serialized_end=934
-  _globals['_SIMULATORSTATUS']._serialized_start=33
-  _globals['_SIMULATORSTATUS']._serialized_end=156
-  _globals['_GETRUNSTATUSREQUEST']._serialized_start=158
-  _globals['_GETRUNSTATUSREQUEST']._serialized_end=179
-  _globals['_GETRUNSTATUSRESPONSE']._serialized_start=182
-  _globals['_GETRUNSTATUSRESPONSE']._serialized_end=436
-  _globals['_REGISTERSIMULATORREQUEST']._serialized_start=438
-  _globals['_REGISTERSIMULATORREQUEST']._serialized_end=481
-  _globals['_REGISTERSIMULATORRESPONSE']._serialized_start=483
-  _globals['_REGISTERSIMULATORRESPONSE']._serialized_end=545
-  _globals['_CONTROLREQUEST']._serialized_start=547
-  _globals['_CONTROLREQUEST']._serialized_end=603
-  _globals['_CONTROLRESPONSE']._serialized_start=605
-  _globals['_CONTROLRESPONSE']._serialized_end=656
-  _globals['_BROKER']._serialized_start=937
-  _globals['_BROKER']._serialized_end=1176
+  _globals['_ITERATIONMETRICS_CLOSEDLOOPENTRY']._loaded_options = None
+  _globals['_ITERATIONMETRICS_CLOSEDLOOPENTRY']._serialized_options = b'8\001'
+  _globals['_RUNSTATE']._serialized_start=3014
+  _globals['_RUNSTATE']._serialized_end=3185
+  _globals['_CONTROLACTION']._serialized_start=3187
+  _globals['_CONTROLACTION']._serialized_end=3312
+  _globals['_SIMULATORSTATUS']._serialized_start=57
+  _globals['_SIMULATORSTATUS']._serialized_end=263
+  _globals['_RUNSETTINGS']._serialized_start=265
+  _globals['_RUNSETTINGS']._serialized_end=339
+  _globals['_TIMESPLIT']._serialized_start=341
+  _globals['_TIMESPLIT']._serialized_end=444
+  _globals['_EPISODEENDS']._serialized_start=446
+  _globals['_EPISODEENDS']._serialized_end=525
+  _globals['_SETTINGCHANGE']._serialized_start=527
+  _globals['_SETTINGCHANGE']._serialized_end=594
+  _globals['_ITERATIONMETRICS']._serialized_start=597
+  _globals['_ITERATIONMETRICS']._serialized_end=1545
+  _globals['_ITERATIONMETRICS_CLOSEDLOOPENTRY']._serialized_start=1448
+  _globals['_ITERATIONMETRICS_CLOSEDLOOPENTRY']._serialized_end=1497
+  _globals['_HISTOGRAM']._serialized_start=1547
+  _globals['_HISTOGRAM']._serialized_end=1620
+  _globals['_GETRUNSTATUSREQUEST']._serialized_start=1622
+  _globals['_GETRUNSTATUSREQUEST']._serialized_end=1643
+  _globals['_GETRUNSTATUSRESPONSE']._serialized_start=1646
+  _globals['_GETRUNSTATUSRESPONSE']._serialized_end=2263
+  _globals['_GETMETRICSHISTORYREQUEST']._serialized_start=2265
+  _globals['_GETMETRICSHISTORYREQUEST']._serialized_end=2335
+  _globals['_GETMETRICSHISTORYRESPONSE']._serialized_start=2337
+  _globals['_GETMETRICSHISTORYRESPONSE']._serialized_end=2411
+  _globals['_WATCHMETRICSREQUEST']._serialized_start=2413
+  _globals['_WATCHMETRICSREQUEST']._serialized_end=2459
+  _globals['_UPDATESETTINGSREQUEST']._serialized_start=2462
+  _globals['_UPDATESETTINGSREQUEST']._serialized_end=2607
+  _globals['_UPDATESETTINGSRESPONSE']._serialized_start=2609
+  _globals['_UPDATESETTINGSRESPONSE']._serialized_end=2702
+  _globals['_DETACHSIMULATORREQUEST']._serialized_start=2704
+  _globals['_DETACHSIMULATORREQUEST']._serialized_end=2745
+  _globals['_DETACHSIMULATORRESPONSE']._serialized_start=2747
+  _globals['_DETACHSIMULATORRESPONSE']._serialized_end=2791
+  _globals['_REGISTERSIMULATORREQUEST']._serialized_start=2793
+  _globals['_REGISTERSIMULATORREQUEST']._serialized_end=2836
+  _globals['_REGISTERSIMULATORRESPONSE']._serialized_start=2838
+  _globals['_REGISTERSIMULATORRESPONSE']._serialized_end=2900
+  _globals['_CONTROLREQUEST']._serialized_start=2902
+  _globals['_CONTROLREQUEST']._serialized_end=2958
+  _globals['_CONTROLRESPONSE']._serialized_start=2960
+  _globals['_CONTROLRESPONSE']._serialized_end=3011
+  _globals['_BROKER']._serialized_start=3315
+  _globals['_BROKER']._serialized_end=3890
 # @@protoc_insertion_point(module_scope)

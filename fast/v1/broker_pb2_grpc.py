@@ -30,7 +30,8 @@ class BrokerStub:
 
     Errors: INVALID_ARGUMENT for a missing or malformed field; FAILED_PRECONDITION for a
     simulator whose spaces differ from the run's, or a control action the state forbids;
-    UNAVAILABLE when a simulator to register cannot be reached.
+    UNAVAILABLE when a simulator to register cannot be reached; NOT_FOUND for a simulator to
+    detach that is not attached.
     """
 
     def __init__(self, channel):
@@ -54,6 +55,26 @@ class BrokerStub:
                 request_serializer=fast_dot_v1_dot_broker__pb2.ControlRequest.SerializeToString,
                 response_deserializer=fast_dot_v1_dot_broker__pb2.ControlResponse.FromString,
                 _registered_method=True)
+        self.GetMetricsHistory = channel.unary_unary(
+                '/fast.v1.Broker/GetMetricsHistory',
+                request_serializer=fast_dot_v1_dot_broker__pb2.GetMetricsHistoryRequest.SerializeToString,
+                response_deserializer=fast_dot_v1_dot_broker__pb2.GetMetricsHistoryResponse.FromString,
+                _registered_method=True)
+        self.WatchMetrics = channel.unary_stream(
+                '/fast.v1.Broker/WatchMetrics',
+                request_serializer=fast_dot_v1_dot_broker__pb2.WatchMetricsRequest.SerializeToString,
+                response_deserializer=fast_dot_v1_dot_broker__pb2.IterationMetrics.FromString,
+                _registered_method=True)
+        self.UpdateSettings = channel.unary_unary(
+                '/fast.v1.Broker/UpdateSettings',
+                request_serializer=fast_dot_v1_dot_broker__pb2.UpdateSettingsRequest.SerializeToString,
+                response_deserializer=fast_dot_v1_dot_broker__pb2.UpdateSettingsResponse.FromString,
+                _registered_method=True)
+        self.DetachSimulator = channel.unary_unary(
+                '/fast.v1.Broker/DetachSimulator',
+                request_serializer=fast_dot_v1_dot_broker__pb2.DetachSimulatorRequest.SerializeToString,
+                response_deserializer=fast_dot_v1_dot_broker__pb2.DetachSimulatorResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -61,7 +82,8 @@ class BrokerServicer:
 
     Errors: INVALID_ARGUMENT for a missing or malformed field; FAILED_PRECONDITION for a
     simulator whose spaces differ from the run's, or a control action the state forbids;
-    UNAVAILABLE when a simulator to register cannot be reached.
+    UNAVAILABLE when a simulator to register cannot be reached; NOT_FOUND for a simulator to
+    detach that is not attached.
     """
 
     def GetRunStatus(self, request, context):
@@ -85,6 +107,36 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetMetricsHistory(self, request, context):
+        """Per-iteration metrics the broker holds, oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchMetrics(self, request, context):
+        """Per-iteration metrics as they happen; the stream ends when the run is over.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateSettings(self, request, context):
+        """Change alpha, t_max or samples per iteration from the next iteration on (INVALID_ARGUMENT names a
+        value out of range; FAILED_PRECONDITION when the run is over).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DetachSimulator(self, request, context):
+        """Detach a simulator server: drained at the next iteration boundary (NOT_FOUND for an unknown
+        address; FAILED_PRECONDITION for the last server left).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -103,6 +155,26 @@ def add_BrokerServicer_to_server(servicer, server):
                     request_deserializer=fast_dot_v1_dot_broker__pb2.ControlRequest.FromString,
                     response_serializer=fast_dot_v1_dot_broker__pb2.ControlResponse.SerializeToString,
             ),
+            'GetMetricsHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMetricsHistory,
+                    request_deserializer=fast_dot_v1_dot_broker__pb2.GetMetricsHistoryRequest.FromString,
+                    response_serializer=fast_dot_v1_dot_broker__pb2.GetMetricsHistoryResponse.SerializeToString,
+            ),
+            'WatchMetrics': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchMetrics,
+                    request_deserializer=fast_dot_v1_dot_broker__pb2.WatchMetricsRequest.FromString,
+                    response_serializer=fast_dot_v1_dot_broker__pb2.IterationMetrics.SerializeToString,
+            ),
+            'UpdateSettings': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateSettings,
+                    request_deserializer=fast_dot_v1_dot_broker__pb2.UpdateSettingsRequest.FromString,
+                    response_serializer=fast_dot_v1_dot_broker__pb2.UpdateSettingsResponse.SerializeToString,
+            ),
+            'DetachSimulator': grpc.unary_unary_rpc_method_handler(
+                    servicer.DetachSimulator,
+                    request_deserializer=fast_dot_v1_dot_broker__pb2.DetachSimulatorRequest.FromString,
+                    response_serializer=fast_dot_v1_dot_broker__pb2.DetachSimulatorResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'fast.v1.Broker', rpc_method_handlers)
@@ -116,7 +188,8 @@ class Broker:
 
     Errors: INVALID_ARGUMENT for a missing or malformed field; FAILED_PRECONDITION for a
     simulator whose spaces differ from the run's, or a control action the state forbids;
-    UNAVAILABLE when a simulator to register cannot be reached.
+    UNAVAILABLE when a simulator to register cannot be reached; NOT_FOUND for a simulator to
+    detach that is not attached.
     """
 
     @staticmethod
@@ -190,6 +263,114 @@ class Broker:
             '/fast.v1.Broker/Control',
             fast_dot_v1_dot_broker__pb2.ControlRequest.SerializeToString,
             fast_dot_v1_dot_broker__pb2.ControlResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMetricsHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fast.v1.Broker/GetMetricsHistory',
+            fast_dot_v1_dot_broker__pb2.GetMetricsHistoryRequest.SerializeToString,
+            fast_dot_v1_dot_broker__pb2.GetMetricsHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchMetrics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/fast.v1.Broker/WatchMetrics',
+            fast_dot_v1_dot_broker__pb2.WatchMetricsRequest.SerializeToString,
+            fast_dot_v1_dot_broker__pb2.IterationMetrics.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateSettings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fast.v1.Broker/UpdateSettings',
+            fast_dot_v1_dot_broker__pb2.UpdateSettingsRequest.SerializeToString,
+            fast_dot_v1_dot_broker__pb2.UpdateSettingsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DetachSimulator(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fast.v1.Broker/DetachSimulator',
+            fast_dot_v1_dot_broker__pb2.DetachSimulatorRequest.SerializeToString,
+            fast_dot_v1_dot_broker__pb2.DetachSimulatorResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,11 +1,21 @@
 from fast.v1 import tensor_pb2 as _tensor_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class PolicyFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    POLICY_FORMAT_UNSPECIFIED: _ClassVar[PolicyFormat]
+    POLICY_FORMAT_TORCHSCRIPT: _ClassVar[PolicyFormat]
+    POLICY_FORMAT_ONNX: _ClassVar[PolicyFormat]
+POLICY_FORMAT_UNSPECIFIED: PolicyFormat
+POLICY_FORMAT_TORCHSCRIPT: PolicyFormat
+POLICY_FORMAT_ONNX: PolicyFormat
 
 class RolloutBatch(_message.Message):
     __slots__ = ("policy_version", "obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated", "valid_mask", "bootstrap_values")
@@ -32,7 +42,7 @@ class RolloutBatch(_message.Message):
     def __init__(self, policy_version: _Optional[int] = ..., obs: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., actions: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., logprobs: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., values: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., rewards: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., terminated: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., truncated: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., valid_mask: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., bootstrap_values: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class UpdateStats(_message.Message):
-    __slots__ = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "grad_norm", "update_time_s", "num_valid", "num_total")
+    __slots__ = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "grad_norm", "update_time_s", "num_valid", "num_total", "learning_rate", "ent_coef")
     POLICY_LOSS_FIELD_NUMBER: _ClassVar[int]
     VALUE_LOSS_FIELD_NUMBER: _ClassVar[int]
     ENTROPY_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +53,8 @@ class UpdateStats(_message.Message):
     UPDATE_TIME_S_FIELD_NUMBER: _ClassVar[int]
     NUM_VALID_FIELD_NUMBER: _ClassVar[int]
     NUM_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    ENT_COEF_FIELD_NUMBER: _ClassVar[int]
     policy_loss: float
     value_loss: float
     entropy: float
@@ -53,7 +65,9 @@ class UpdateStats(_message.Message):
     update_time_s: float
     num_valid: int
     num_total: int
-    def __init__(self, policy_loss: _Optional[float] = ..., value_loss: _Optional[float] = ..., entropy: _Optional[float] = ..., approx_kl: _Optional[float] = ..., clip_fraction: _Optional[float] = ..., explained_variance: _Optional[float] = ..., grad_norm: _Optional[float] = ..., update_time_s: _Optional[float] = ..., num_valid: _Optional[int] = ..., num_total: _Optional[int] = ...) -> None: ...
+    learning_rate: float
+    ent_coef: float
+    def __init__(self, policy_loss: _Optional[float] = ..., value_loss: _Optional[float] = ..., entropy: _Optional[float] = ..., approx_kl: _Optional[float] = ..., clip_fraction: _Optional[float] = ..., explained_variance: _Optional[float] = ..., grad_norm: _Optional[float] = ..., update_time_s: _Optional[float] = ..., num_valid: _Optional[int] = ..., num_total: _Optional[int] = ..., learning_rate: _Optional[float] = ..., ent_coef: _Optional[float] = ...) -> None: ...
 
 class Policy(_message.Message):
     __slots__ = ("version", "weights", "hidden_sizes", "observation_space", "action_space")
@@ -120,7 +134,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("initialized", "policy_version", "device", "updates_this_process", "last_stats", "last_checkpoint", "stale_batches_refused")
+    __slots__ = ("initialized", "policy_version", "device", "updates_this_process", "last_stats", "last_checkpoint", "stale_batches_refused", "hyperparameters")
     INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -128,6 +142,7 @@ class GetStatusResponse(_message.Message):
     LAST_STATS_FIELD_NUMBER: _ClassVar[int]
     LAST_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     STALE_BATCHES_REFUSED_FIELD_NUMBER: _ClassVar[int]
+    HYPERPARAMETERS_FIELD_NUMBER: _ClassVar[int]
     initialized: bool
     policy_version: int
     device: str
@@ -135,7 +150,70 @@ class GetStatusResponse(_message.Message):
     last_stats: UpdateStats
     last_checkpoint: str
     stale_batches_refused: int
-    def __init__(self, initialized: _Optional[bool] = ..., policy_version: _Optional[int] = ..., device: _Optional[str] = ..., updates_this_process: _Optional[int] = ..., last_stats: _Optional[_Union[UpdateStats, _Mapping]] = ..., last_checkpoint: _Optional[str] = ..., stale_batches_refused: _Optional[int] = ...) -> None: ...
+    hyperparameters: Hyperparameters
+    def __init__(self, initialized: _Optional[bool] = ..., policy_version: _Optional[int] = ..., device: _Optional[str] = ..., updates_this_process: _Optional[int] = ..., last_stats: _Optional[_Union[UpdateStats, _Mapping]] = ..., last_checkpoint: _Optional[str] = ..., stale_batches_refused: _Optional[int] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ...) -> None: ...
+
+class Hyperparameters(_message.Message):
+    __slots__ = ("learning_rate", "ent_coef")
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    ENT_COEF_FIELD_NUMBER: _ClassVar[int]
+    learning_rate: float
+    ent_coef: float
+    def __init__(self, learning_rate: _Optional[float] = ..., ent_coef: _Optional[float] = ...) -> None: ...
+
+class UpdateHyperparametersRequest(_message.Message):
+    __slots__ = ("learning_rate", "ent_coef")
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    ENT_COEF_FIELD_NUMBER: _ClassVar[int]
+    learning_rate: float
+    ent_coef: float
+    def __init__(self, learning_rate: _Optional[float] = ..., ent_coef: _Optional[float] = ...) -> None: ...
+
+class UpdateHyperparametersResponse(_message.Message):
+    __slots__ = ("hyperparameters", "effective_from_version")
+    HYPERPARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    EFFECTIVE_FROM_VERSION_FIELD_NUMBER: _ClassVar[int]
+    hyperparameters: Hyperparameters
+    effective_from_version: int
+    def __init__(self, hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., effective_from_version: _Optional[int] = ...) -> None: ...
+
+class CheckpointInfo(_message.Message):
+    __slots__ = ("path", "policy_version", "size_bytes", "modified_unix")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MODIFIED_UNIX_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    policy_version: int
+    size_bytes: int
+    modified_unix: float
+    def __init__(self, path: _Optional[str] = ..., policy_version: _Optional[int] = ..., size_bytes: _Optional[int] = ..., modified_unix: _Optional[float] = ...) -> None: ...
+
+class ListCheckpointsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListCheckpointsResponse(_message.Message):
+    __slots__ = ("checkpoints",)
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    checkpoints: _containers.RepeatedCompositeFieldContainer[CheckpointInfo]
+    def __init__(self, checkpoints: _Optional[_Iterable[_Union[CheckpointInfo, _Mapping]]] = ...) -> None: ...
+
+class ExportPolicyRequest(_message.Message):
+    __slots__ = ("format",)
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    format: PolicyFormat
+    def __init__(self, format: _Optional[_Union[PolicyFormat, str]] = ...) -> None: ...
+
+class ExportPolicyResponse(_message.Message):
+    __slots__ = ("model", "policy_version", "observation_shape")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    OBSERVATION_SHAPE_FIELD_NUMBER: _ClassVar[int]
+    model: bytes
+    policy_version: int
+    observation_shape: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, model: _Optional[bytes] = ..., policy_version: _Optional[int] = ..., observation_shape: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SaveCheckpointRequest(_message.Message):
     __slots__ = ()

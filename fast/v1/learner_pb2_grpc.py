@@ -64,6 +64,21 @@ class LearnerStub:
                 request_serializer=fast_dot_v1_dot_learner__pb2.SaveCheckpointRequest.SerializeToString,
                 response_deserializer=fast_dot_v1_dot_learner__pb2.SaveCheckpointResponse.FromString,
                 _registered_method=True)
+        self.UpdateHyperparameters = channel.unary_unary(
+                '/fast.v1.Learner/UpdateHyperparameters',
+                request_serializer=fast_dot_v1_dot_learner__pb2.UpdateHyperparametersRequest.SerializeToString,
+                response_deserializer=fast_dot_v1_dot_learner__pb2.UpdateHyperparametersResponse.FromString,
+                _registered_method=True)
+        self.ListCheckpoints = channel.unary_unary(
+                '/fast.v1.Learner/ListCheckpoints',
+                request_serializer=fast_dot_v1_dot_learner__pb2.ListCheckpointsRequest.SerializeToString,
+                response_deserializer=fast_dot_v1_dot_learner__pb2.ListCheckpointsResponse.FromString,
+                _registered_method=True)
+        self.ExportPolicy = channel.unary_unary(
+                '/fast.v1.Learner/ExportPolicy',
+                request_serializer=fast_dot_v1_dot_learner__pb2.ExportPolicyRequest.SerializeToString,
+                response_deserializer=fast_dot_v1_dot_learner__pb2.ExportPolicyResponse.FromString,
+                _registered_method=True)
 
 
 class LearnerServicer:
@@ -109,6 +124,28 @@ class LearnerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateHyperparameters(self, request, context):
+        """Change the learning rate or the entropy coefficient from the next update on (INVALID_ARGUMENT
+        names a value out of range).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListCheckpoints(self, request, context):
+        """The checkpoints on disk, newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExportPolicy(self, request, context):
+        """The current policy as a model that runs without this project (FAILED_PRECONDITION before Initialize).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LearnerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -136,6 +173,21 @@ def add_LearnerServicer_to_server(servicer, server):
                     servicer.SaveCheckpoint,
                     request_deserializer=fast_dot_v1_dot_learner__pb2.SaveCheckpointRequest.FromString,
                     response_serializer=fast_dot_v1_dot_learner__pb2.SaveCheckpointResponse.SerializeToString,
+            ),
+            'UpdateHyperparameters': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateHyperparameters,
+                    request_deserializer=fast_dot_v1_dot_learner__pb2.UpdateHyperparametersRequest.FromString,
+                    response_serializer=fast_dot_v1_dot_learner__pb2.UpdateHyperparametersResponse.SerializeToString,
+            ),
+            'ListCheckpoints': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCheckpoints,
+                    request_deserializer=fast_dot_v1_dot_learner__pb2.ListCheckpointsRequest.FromString,
+                    response_serializer=fast_dot_v1_dot_learner__pb2.ListCheckpointsResponse.SerializeToString,
+            ),
+            'ExportPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExportPolicy,
+                    request_deserializer=fast_dot_v1_dot_learner__pb2.ExportPolicyRequest.FromString,
+                    response_serializer=fast_dot_v1_dot_learner__pb2.ExportPolicyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -278,6 +330,87 @@ class Learner:
             '/fast.v1.Learner/SaveCheckpoint',
             fast_dot_v1_dot_learner__pb2.SaveCheckpointRequest.SerializeToString,
             fast_dot_v1_dot_learner__pb2.SaveCheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateHyperparameters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fast.v1.Learner/UpdateHyperparameters',
+            fast_dot_v1_dot_learner__pb2.UpdateHyperparametersRequest.SerializeToString,
+            fast_dot_v1_dot_learner__pb2.UpdateHyperparametersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCheckpoints(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fast.v1.Learner/ListCheckpoints',
+            fast_dot_v1_dot_learner__pb2.ListCheckpointsRequest.SerializeToString,
+            fast_dot_v1_dot_learner__pb2.ListCheckpointsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fast.v1.Learner/ExportPolicy',
+            fast_dot_v1_dot_learner__pb2.ExportPolicyRequest.SerializeToString,
+            fast_dot_v1_dot_learner__pb2.ExportPolicyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,106 @@
+"""The run settings that may change while a run goes on (UpdateSettings), their bounds, and what changed.
+
+Which modes read which setting (broker/samplers/):
+
+    alpha                  fast only (DPSA's termination rate)
+    t_max                  fast only (DPSA's round length cap; sgr's rounds end at the first episode end)
+    samples_per_iteration  every mode
+
+A setting a mode does not read is still accepted and recorded, so that the run's status and
+its metrics show what was asked for, and a later run in another mode can be set up alike.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+from fast.quoting import quote
+
+# Upper bounds of what UpdateSettings accepts; BrokerConfig's lower bounds are the same.
+MAX_T_MAX = 100_000
+MAX_SAMPLES_PER_ITERATION = 10_000_000
+# Learner statistics whose change between consecutive iterations is reported in settings_changed.
+LEARNER_SETTINGS = ("learning_rate", "ent_coef")
+
+
+class SettingError(ValueError):
+    """A setting out of its range; the message names the field, the range and the value."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    alpha: float  # DPSA: truncate when the termination rate reaches alpha, in (0, 1]
+    t_max: int  # DPSA: ... or when the round reaches t_max steps, >= 1
+    samples_per_iteration: int  # valid transitions per iteration (at least), >= 1
+
+    def as_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+    def updated(
+        self, *, alpha: float | None = None, t_max: int | None = None, samples_per_iteration: int | None = None
+    ) -> RunSettings:
+        """These settings with the given ones replaced (each checked: SettingError); None keeps a value."""
+        given = {"alpha": alpha, "t_max": t_max, "samples_per_iteration": samples_per_iteration}
+        given = {name: value for name, value in given.items() if value is not None}
+        if not given:
+            raise SettingError("no setting given; set at least one of alpha, t_max, samples_per_iteration")
+        for name, value in given.items():
+            check(name, value)
+        return replace(self, **given)
+
+
+def check(name: str, value: float | int) -> None:
+    """SettingError unless `value` is in the range of setting `name`."""
+    if name == "alpha":
+        ok, allowed = isinstance(value, (int, float)) and math.isfinite(value) and 0.0 < value <= 1.0, "0 < alpha <= 1"
+    elif name == "t_max":
+        ok, allowed = _is_int(value) and 1 <= value <= MAX_T_MAX, f"an integer in 1..{MAX_T_MAX:,}"
+    elif name == "samples_per_iteration":
+        ok = _is_int(value) and 1 <= value <= MAX_SAMPLES_PER_ITERATION
+        allowed = f"an integer in 1..{MAX_SAMPLES_PER_ITERATION:,}"
+    else:
+        raise SettingError(f"setting {quote(name)} is unknown; use alpha, t_max or samples_per_iteration")
+    if not ok:
+        raise SettingError(f"{name} is {quote(value)}; allowed: {allowed}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def changes(old: RunSettings, new: RunSettings) -> list[dict]:
+    """The settings_changed entries (name, old_value, new_value) of the broker's settings."""
+    before, after = old.as_dict(), new.as_dict()
+    return [
+        {"name": name, "old_value": before[name], "new_value": after[name]}
+        for name in before
+        if before[name] != after[name]
+    ]
+
+
+def learner_changes(previous: dict | None, current: dict | None) -> list[dict]:
+    """The learner's learning_rate / ent_coef that differ between two consecutive iterations' stats.
+
+    Stats without a positive learning_rate come from a learner that does not report its
+    hyper-parameters (proto3 reads the missing fields as 0): nothing is known of either then, and
+    a change from or to unknown is not reported. ent_coef may well be 0 once reported.
+    """
+    old_stats, new_stats = _reported(previous), _reported(current)
+    found = []
+    for name in LEARNER_SETTINGS:
+        old, new = _finite(old_stats.get(name)), _finite(new_stats.get(name))
+        if old is not None and new is not None and old != new:
+            found.append({"name": name, "old_value": old, "new_value": new})
+    return found
+
+
+def _reported(stats: dict | None) -> dict:
+    learning_rate = _finite((stats or {}).get("learning_rate"))
+    return stats if learning_rate is not None and learning_rate > 0 else {}
+
+
+def _finite(value: object) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None

@@ -1,0 +1,42 @@
+"""Process shell of the gateway: bind, print the URL, serve under uvicorn until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+
+import uvicorn
+
+from fast import auth
+from fast.rpc import display_address
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before uvicorn starts so that port 0 can be printed."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+async def serve(settings: GatewaySettings) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    token = auth.run_token()
+    app = create_app(settings, token)
+    sock = bind(settings.host, settings.port)
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    print(
+        f"fast gateway listening on http://{display_address(settings.host, port)} "
+        f"broker={settings.broker} learner={settings.learner}",
+        flush=True,
+    )
+    await server.serve(sockets=[sock])
+    return 0
