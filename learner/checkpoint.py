@@ -10,10 +10,14 @@ cannot run code):
     action_space       bytes, a serialised fast.v1.Space
     hidden_sizes       list[int], to rebuild the ActorCritic before loading its weights
     learner            PPOLearner.state_dict(): policy weights, Adam state, shuffle RNG state
+    hyperparameters    {"in_force": {learning_rate, ent_coef}, "configured": {learning_rate, ent_coef}}:
+                       the values the next update would have used (UpdateHyperparameters' changes
+                       included) and the config's; absent from files of older learners
     config             dict, a summary of the LearnerConfig that wrote it (for people, not read back)
 
 `policy_weights` turns a checkpoint into the policy's weights bytes, for whoever plays it
-(`fast train`'s evaluation, `fast compare`, the benchmarks).
+(`fast train`'s evaluation, `fast compare`, the benchmarks). `describe_checkpoints` lists the
+files as ListCheckpoints reports them.
 
 A write goes to a hidden temporary file in the same directory, is fsynced, then renamed over
 the final name: a crash (kill -9, power loss) leaves either the old set of checkpoints or the
@@ -35,7 +39,9 @@ import torch
 from fast.spaces import SpaceSpec, space_from_proto, space_to_proto
 from fast.tensor import TensorError
 from fast.v1 import tensor_pb2
+from learner.hyperparameters import usable
 from learner.policy import ActorCritic, export_weights
+from learner.wire import CheckpointInfo, Hyperparameters
 
 FORMAT = "fast.learner.checkpoint/1"
 _NAME = re.compile(r"^ckpt-(\d{9,})\.pt$")
@@ -60,6 +66,10 @@ class Checkpoint:
     learner_state: dict[str, Any]  # PPOLearner.state_dict()
     config: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None  # where it was read from or written to
+    # The values the next update would have used, and the config's then (learner.hyperparameters.resumed
+    # decides between them and a new config's); None in checkpoints of learners that did not save them.
+    hyperparameters: Hyperparameters | None = None
+    configured_hyperparameters: Hyperparameters | None = None
 
 
 def checkpoint_path(directory: Path, version: int) -> Path:
@@ -69,14 +79,33 @@ def checkpoint_path(directory: Path, version: int) -> Path:
 def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
     """(version, path) of every checkpoint in `directory`, oldest first; [] if it does not exist."""
     directory = Path(directory)
-    if not directory.is_dir():
-        return []
     found = []
-    for path in directory.iterdir():
-        match = _NAME.match(path.name)
-        if match and path.is_file():
-            found.append((int(match.group(1)), path))
+    try:
+        for path in directory.iterdir():
+            match = _NAME.match(path.name)
+            if match and path.is_file():  # False for a file pruned since the listing: skipped
+                found.append((int(match.group(1)), path))
+    except (FileNotFoundError, NotADirectoryError):  # no directory yet, or removed while listed
+        return []
     return sorted(found)
+
+
+def describe_checkpoints(directory: Path) -> list[CheckpointInfo]:
+    """Every checkpoint in `directory`, newest (highest version) first, with its size and write time.
+
+    The files are not opened (the version is the name's). A file deleted between the listing
+    and its stat (a concurrent prune) is left out, not an error.
+    """
+    described = []
+    for version, path in reversed(list_checkpoints(directory)):
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            continue
+        described.append(
+            CheckpointInfo(path=str(path), policy_version=version, size_bytes=stat.st_size, modified_unix=stat.st_mtime)
+        )
+    return described
 
 
 def latest_checkpoint(directory: Path) -> Path | None:
@@ -99,6 +128,11 @@ def save_checkpoint(directory: Path, checkpoint: Checkpoint) -> Path:
         "learner": checkpoint.learner_state,
         "config": checkpoint.config,
     }
+    if checkpoint.hyperparameters is not None and checkpoint.configured_hyperparameters is not None:
+        payload["hyperparameters"] = {
+            "in_force": _hyperparameters_dict(checkpoint.hyperparameters),
+            "configured": _hyperparameters_dict(checkpoint.configured_hyperparameters),
+        }
     temp = directory / f"{_TEMP_PREFIX}{final.name}.tmp-{os.getpid()}"
     try:
         with open(temp, "wb") as file:
@@ -130,6 +164,12 @@ def load_checkpoint(path: Path) -> Checkpoint:
         missing = [key for key in _LEARNER_KEYS if key not in learner_state]
         if missing:
             raise CheckpointError(f"checkpoint {path}: learner state lacks {missing}")
+        saved = payload.get("hyperparameters")
+        in_force, configured = (
+            (_hyperparameters(saved["in_force"], path), _hyperparameters(saved["configured"], path))
+            if saved is not None
+            else (None, None)
+        )
         return Checkpoint(
             policy_version=int(payload["policy_version"]),
             observation_space=_space(payload["observation_space"], "observation_space", path),
@@ -138,6 +178,8 @@ def load_checkpoint(path: Path) -> Checkpoint:
             learner_state=learner_state,
             config=dict(payload.get("config") or {}),
             path=path,
+            hyperparameters=in_force,
+            configured_hyperparameters=configured,
         )
     except CheckpointError:
         raise
@@ -228,6 +270,20 @@ def _space(data: bytes, name: str, path: Path) -> SpaceSpec:
             f"checkpoint {path} holds an invalid {name} ({error}); no learner can serve it (an older version "
             "stored it without checking): start on another --checkpoint-dir, or move the files away"
         ) from None
+
+
+def _hyperparameters_dict(values: Hyperparameters) -> dict[str, float]:
+    return {"learning_rate": float(values.learning_rate), "ent_coef": float(values.ent_coef)}
+
+
+def _hyperparameters(data: dict, path: Path) -> Hyperparameters:
+    values = Hyperparameters(learning_rate=float(data["learning_rate"]), ent_coef=float(data["ent_coef"]))
+    if not usable(values):
+        raise CheckpointError(
+            f"checkpoint {path} holds unusable hyperparameters {values} (the learning rate must be finite and > 0, "
+            "ent_coef finite and >= 0)"
+        )
+    return values
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -30,9 +30,25 @@ from fast.v1 import learner_pb2 as pb
 from fast.v1 import learner_pb2_grpc as pb_grpc
 from learner import wire
 from learner.policy import ActorCritic, import_weights
-from learner.wire import LearnerStatus, batch_to_proto, stats_from_proto
+from learner.wire import (
+    EXPORT_FORMATS,
+    CheckpointInfo,
+    ExportedPolicy,
+    Hyperparameters,
+    LearnerStatus,
+    batch_to_proto,
+    stats_from_proto,
+)
 
-__all__ = ["LearnerClient", "LearnerStatus", "Policy", "SubmitReply"]
+__all__ = [
+    "CheckpointInfo",
+    "ExportedPolicy",
+    "Hyperparameters",
+    "LearnerClient",
+    "LearnerStatus",
+    "Policy",
+    "SubmitReply",
+]
 
 
 class Policy(wire.Policy):
@@ -50,7 +66,7 @@ class Policy(wire.Policy):
 @dataclass(frozen=True)
 class SubmitReply:
     stats: dict[str, float]  # policy_loss, value_loss, entropy, approx_kl, clip_fraction,
-    # explained_variance, grad_norm, update_time_s, num_valid, num_total
+    # explained_variance, grad_norm, update_time_s, num_valid, num_total, learning_rate, ent_coef
     policy_version: int  # the version after the update
     policy: Policy | None  # the updated policy, when submitted with return_policy=True
 
@@ -115,3 +131,30 @@ class LearnerClient(RpcClient):
         """Write a checkpoint now; returns (path on the learner's machine, policy_version)."""
         r = await self._stub.SaveCheckpoint(pb.SaveCheckpointRequest(), timeout=self.update_timeout_s)
         return Path(r.path), r.policy_version
+
+    async def update_hyperparameters(
+        self, *, learning_rate: float | None = None, ent_coef: float | None = None
+    ) -> tuple[Hyperparameters, int]:
+        """Change either or both from the next update on; returns (the values in force, the first version
+        trained with them)."""
+        request = pb.UpdateHyperparametersRequest()
+        if learning_rate is not None:
+            request.learning_rate = learning_rate
+        if ent_coef is not None:
+            request.ent_coef = ent_coef
+        r = await self._stub.UpdateHyperparameters(request, timeout=self.timeout_s)
+        return Hyperparameters.from_proto(r.hyperparameters), r.effective_from_version
+
+    async def list_checkpoints(self) -> list[CheckpointInfo]:
+        """The checkpoints on the learner's disk, newest first."""
+        r = await self._stub.ListCheckpoints(pb.ListCheckpointsRequest(), timeout=self.timeout_s)
+        return [CheckpointInfo.from_proto(info) for info in r.checkpoints]
+
+    async def export_policy(self, format_name: str) -> ExportedPolicy:
+        """The current policy as a deterministic model: `format_name` "torchscript" or "onnx"."""
+        if format_name not in EXPORT_FORMATS:
+            raise ValueError(f"export_policy: format_name must be one of {list(EXPORT_FORMATS)}, got {format_name!r}")
+        r = await self._stub.ExportPolicy(
+            pb.ExportPolicyRequest(format=EXPORT_FORMATS[format_name]), timeout=self.update_timeout_s
+        )
+        return ExportedPolicy.from_proto(r)

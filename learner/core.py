@@ -12,6 +12,13 @@ it trains. `_state_lock` serialises everything that reads or writes the learner'
 (updates, checkpoints, Initialize), one at a time; GetPolicy never takes it: it returns the
 weights published (serialised once) after the last update, an immutable snapshot, so a
 reader never sees weights half-way through an optimiser step nor waits for an update.
+ExportPolicy serialises that same snapshot, so it never races an update either.
+
+Hyper-parameters (learning rate, entropy coefficient) are handed over, not pushed: UpdateHyperparameters
+replaces the pending values at once (without waiting for an update) and each update takes them
+once, as it starts, under `_hyperparameters_lock`. An update in flight therefore finishes with the
+values it started with and the next one uses the new values; the same lock keeps the version, the
+pending values and "an update has taken its values" consistent for `effective_from_version`.
 """
 
 from __future__ import annotations
@@ -27,14 +34,23 @@ import numpy as np
 import torch
 
 from fast.spaces import SpaceSpec, describe_space, space_mismatch
+from learner import hyperparameters
 from learner.batch import RolloutBatch
-from learner.checkpoint import Checkpoint, CheckpointError, load_latest, prune_checkpoints, save_checkpoint
+from learner.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    describe_checkpoints,
+    load_latest,
+    prune_checkpoints,
+    save_checkpoint,
+)
 from learner.config import LearnerConfig
 from learner.device import pick_device
 from learner.errors import failed_precondition, invalid_argument
+from learner.export import export_policy
 from learner.policy import ActionSpec, ActorCritic, export_weights, parameter_count
-from learner.ppo import PPOLearner
-from learner.wire import LearnerStatus, Policy
+from learner.ppo import PPOConfig, PPOLearner
+from learner.wire import CheckpointInfo, ExportedPolicy, Hyperparameters, LearnerStatus, Policy
 
 log = logging.getLogger("fast.learner")
 
@@ -92,7 +108,8 @@ def _device_name(device: torch.device) -> str:
 
 
 class LearnerCore:
-    """Initialize, GetPolicy, SubmitBatch, GetStatus and SaveCheckpoint, minus the wire."""
+    """Initialize, GetPolicy, SubmitBatch, GetStatus, SaveCheckpoint, UpdateHyperparameters,
+    ListCheckpoints and ExportPolicy, minus the wire."""
 
     def __init__(self, config: LearnerConfig) -> None:
         """Pick the device and resume from the newest readable checkpoint in config.checkpoint_dir, if any.
@@ -106,6 +123,9 @@ class LearnerCore:
         self.device_name = _device_name(self.device)
         self._state_lock = threading.Lock()  # guards the learner, the version, checkpoints
         self._counter_lock = threading.Lock()
+        # Guards the pending hyper-parameters, `_update_in_flight` and the version's increment (below).
+        self._hyperparameters_lock = threading.Lock()
+        self._update_in_flight = False  # an update has taken its hyper-parameters and not yet ended
         self._learner: PPOLearner | None = None
         self._spaces: tuple[SpaceSpec, SpaceSpec] | None = None
         self._hidden_sizes = tuple(config.hidden_sizes)
@@ -116,6 +136,10 @@ class LearnerCore:
         self.stale_batches_refused = 0
         self.last_stats: dict[str, float] | None = None
         self.last_checkpoint: Path | None = None
+        self._configured_hyperparameters = Hyperparameters(learning_rate=config.lr, ent_coef=config.ent_coef)
+        # What the next update takes as it starts; replaced whole (never mutated), so a reader needs no lock.
+        self._hyperparameters = self._configured_hyperparameters
+        self._checkpointed_hyperparameters: Hyperparameters | None = None
         restored = load_latest(config.checkpoint_dir)
         if restored is not None:
             self._restore(restored)
@@ -139,6 +163,7 @@ class LearnerCore:
             last_stats=self.last_stats,
             last_checkpoint=str(self.last_checkpoint or ""),
             stale_batches_refused=self.stale_batches_refused,
+            hyperparameters=self._hyperparameters,
         )
 
     def get_policy(self, known_version: int = -1) -> Policy:
@@ -172,6 +197,48 @@ class LearnerCore:
         self._require_initialized("SaveCheckpoint")
         return await asyncio.to_thread(self._save_blocking)
 
+    def update_hyperparameters(
+        self, *, learning_rate: float | None = None, ent_coef: float | None = None
+    ) -> tuple[Hyperparameters, int]:
+        """Change the learning rate and/or the entropy coefficient from the next update on; returns (the
+        values in force from then on, the first policy version trained with them).
+
+        Never waits for an update: one in flight keeps the values it started with, so the first version
+        trained with the new ones is then the one after it (should that update be refused and rolled
+        back, they train the version it would have made). Refuses (INVALID_ARGUMENT) a value out of
+        range or a call that sets neither. Allowed before Initialize: the values then train the policy
+        Initialize builds (and are persisted from its version-0 checkpoint on).
+        """
+        with self._hyperparameters_lock:
+            values = hyperparameters.updated(self._hyperparameters, learning_rate=learning_rate, ent_coef=ent_coef)
+            self._hyperparameters = values
+            effective_from = self._version + 1 + int(self._update_in_flight)
+        log.info(
+            "hyperparameters from version %d on: learning_rate=%r ent_coef=%r",
+            effective_from,
+            values.learning_rate,
+            values.ent_coef,
+        )
+        return values, effective_from
+
+    async def list_checkpoints(self) -> list[CheckpointInfo]:
+        """The checkpoint files in checkpoint_dir, newest first (any state, before Initialize too)."""
+        return await asyncio.to_thread(describe_checkpoints, self.config.checkpoint_dir)
+
+    async def export_policy(self, format_name: str) -> ExportedPolicy:
+        """The current policy as a deterministic model (learner/export.py), `format_name` "torchscript" or "onnx".
+
+        Refuses (FAILED_PRECONDITION) before Initialize. Serialises the published snapshot in a
+        worker thread, so it neither blocks the event loop nor waits for an update.
+        """
+        snapshot = self._require_initialized("ExportPolicy")
+        model = await asyncio.to_thread(export_policy, snapshot, format_name)
+        return ExportedPolicy(
+            model=model,
+            policy_version=snapshot.version,
+            observation_shape=tuple(snapshot.observation_space.shape),
+        )
+
     async def close(self) -> Path | None:
         """The final checkpoint at shutdown, if anything changed since the last one.
 
@@ -195,7 +262,7 @@ class LearnerCore:
                 # without disturbing the process's global RNG.
                 torch.manual_seed(self.config.seed)
                 policy = ActorCritic(tuple(observation_space.shape), action_spec, self._hidden_sizes)
-            self._learner = PPOLearner(policy, self.ppo_config, device=self.device)
+            self._learner = PPOLearner(policy, self._ppo_config_in_force(), device=self.device)
             self._spaces = (observation_space, action_space)
             self._version = 0
             self._publish()
@@ -236,20 +303,20 @@ class LearnerCore:
             self._check_batch(batch)
             learner = self._learner
             assert learner is not None
-            # PPOLearner.update can fail after some minibatch steps (a non-finite gradient);
-            # rolling back keeps "a refused batch changes nothing" true.
-            backup = copy.deepcopy(learner.state_dict())
+            with self._hyperparameters_lock:
+                values = self._hyperparameters  # this update's, whatever UpdateHyperparameters does meanwhile
+                self._update_in_flight = True
+            stats = None
             try:
-                stats = learner.update(batch)
-            except BaseException as error:
-                learner.load_state_dict(backup)
-                if isinstance(error, (ValueError, FloatingPointError)):
-                    raise invalid_argument(
-                        f"batch: the update failed and was rolled back, the policy stays at version "
-                        f"{self._version}: {error}"
-                    ) from None
-                raise
-            self._version += 1
+                learner.set_hyperparameters(learning_rate=values.learning_rate, ent_coef=values.ent_coef)
+                stats = self._update_or_roll_back(learner, batch)
+            finally:
+                with self._hyperparameters_lock:
+                    # In one step: UpdateHyperparameters sees (v, in flight) or (v + 1, idle), never a
+                    # version that an update which has taken its values is about to leave.
+                    if stats is not None:
+                        self._version += 1
+                    self._update_in_flight = False
             self.updates_this_process += 1
             self.last_stats = stats
             policy = self._publish()
@@ -258,15 +325,34 @@ class LearnerCore:
                 checkpoint = self._write_checkpoint_logged()
             return UpdateResult(stats=stats, policy_version=self._version, policy=policy, checkpoint=checkpoint)
 
+    def _update_or_roll_back(self, learner: PPOLearner, batch: RolloutBatch) -> dict[str, float]:
+        # PPOLearner.update can fail after some minibatch steps (a non-finite gradient);
+        # rolling back keeps "a refused batch changes nothing" true.
+        backup = copy.deepcopy(learner.state_dict())
+        try:
+            return learner.update(batch)
+        except BaseException as error:
+            learner.load_state_dict(backup)
+            if isinstance(error, (ValueError, FloatingPointError)):
+                raise invalid_argument(
+                    f"batch: the update failed and was rolled back, the policy stays at version "
+                    f"{self._version}: {error}"
+                ) from None
+            raise
+
     def _save_blocking(self) -> tuple[Path, int]:
         with self._state_lock:
             return self._write_checkpoint(), self._version
 
     def _close_blocking(self) -> Path | None:
         with self._state_lock:
-            if self._learner is None or self._checkpointed_version == self._version:
+            if self._learner is None:
                 return None
-            return self._write_checkpoint()
+            unchanged = (
+                self._checkpointed_version == self._version
+                and self._checkpointed_hyperparameters == self._hyperparameters
+            )
+            return None if unchanged else self._write_checkpoint()
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -324,6 +410,10 @@ class LearnerCore:
                 "RolloutBatch.valid_mask: no valid transition; a batch needs at least one valid step"
             )
 
+    def _ppo_config_in_force(self) -> PPOConfig:
+        values = self._hyperparameters
+        return replace(self.ppo_config, lr=values.learning_rate, ent_coef=values.ent_coef)
+
     def _publish(self) -> Policy:
         assert self._learner is not None and self._spaces is not None
         snapshot = Policy(
@@ -345,11 +435,14 @@ class LearnerCore:
             hidden_sizes=self._hidden_sizes,
             learner_state=self._learner.state_dict(),
             config={**self.config.model_dump(mode="json"), "device": self.device_name, "torch": str(torch.__version__)},
+            hyperparameters=self._hyperparameters,
+            configured_hyperparameters=self._configured_hyperparameters,
         )
         path = save_checkpoint(self.config.checkpoint_dir, checkpoint)
         prune_checkpoints(self.config.checkpoint_dir, self.config.keep_checkpoints)
         self.last_checkpoint = path
         self._checkpointed_version = self._version
+        self._checkpointed_hyperparameters = self._hyperparameters
         return path
 
     def _write_checkpoint_logged(self) -> Path | None:
@@ -373,6 +466,10 @@ class LearnerCore:
                 list(checkpoint.hidden_sizes),
                 list(self._hidden_sizes),
             )
+        # The values in force when the checkpoint was written, unless the config changed since.
+        values = hyperparameters.resumed(
+            self._configured_hyperparameters, checkpoint.hyperparameters, checkpoint.configured_hyperparameters
+        )
         policy = ActorCritic(tuple(checkpoint.observation_space.shape), action_spec, checkpoint.hidden_sizes)
         learner = PPOLearner(policy, self.ppo_config, device=self.device)
         try:
@@ -382,10 +479,9 @@ class LearnerCore:
                 f"checkpoint {checkpoint.path} does not fit its own spaces and hidden sizes "
                 f"({type(error).__name__}: {error})"
             ) from None
-        # Adam's state_dict carries the learning rate it was saved with; the configured one
-        # wins, so an operator can change lr across a restart.
-        for group in learner.optimizer.param_groups:
-            group["lr"] = self.ppo_config.lr
+        # Adam's state_dict carries the learning rate it was saved with; the resumed one wins.
+        learner.set_hyperparameters(learning_rate=values.learning_rate, ent_coef=values.ent_coef)
+        self._hyperparameters = values
         self._learner = learner
         self._spaces = (checkpoint.observation_space, checkpoint.action_space)
         self._hidden_sizes = checkpoint.hidden_sizes
@@ -393,4 +489,6 @@ class LearnerCore:
         self._publish()
         self.last_checkpoint = checkpoint.path
         self._checkpointed_version = checkpoint.policy_version
+        # A checkpoint of an older learner holds none: the config's, which it resumed with, count as saved.
+        self._checkpointed_hyperparameters = checkpoint.hyperparameters or values
         log.info("resumed from %s at policy version %d", checkpoint.path, checkpoint.policy_version)

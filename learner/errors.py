@@ -8,6 +8,7 @@ from enum import Enum
 class ErrorKind(Enum):
     INVALID_ARGUMENT = "INVALID_ARGUMENT"  # malformed request: missing tensor, shape, dtype, space
     FAILED_PRECONDITION = "FAILED_PRECONDITION"  # valid request, wrong state: stale version, not initialised
+    UNIMPLEMENTED = "UNIMPLEMENTED"  # a feature this learner's installation lacks (ONNX export without onnx)
 
 
 class LearnerError(Exception):
@@ -28,3 +29,7 @@ def invalid_argument(message: str) -> LearnerError:
 
 def failed_precondition(message: str) -> LearnerError:
     return LearnerError(ErrorKind.FAILED_PRECONDITION, message)
+
+
+def unimplemented(message: str) -> LearnerError:
+    return LearnerError(ErrorKind.UNIMPLEMENTED, message)

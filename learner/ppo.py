@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import torch
 
@@ -99,6 +99,9 @@ class PPOLearner:
         FloatingPointError (before any step is taken with it) for a non-finite gradient.
         """
         start = time.perf_counter()
+        cfg = self.config
+        # Read once: the values this update uses, reported with its statistics.
+        learning_rate = float(self.optimizer.param_groups[0]["lr"])
         batch.validate(obs_shape=self.policy.obs_shape, action_shape=self._action_shape())
         if self.policy.action_spec.kind == "discrete" and batch.actions.dtype != torch.int64:
             raise ValueError(f"RolloutBatch.actions: a discrete policy needs int64 actions, got {batch.actions.dtype}")
@@ -108,7 +111,6 @@ class PPOLearner:
         if num_valid == 0:
             raise ValueError("PPOLearner.update: the batch has no valid transition (valid_mask is all False)")
         batch = batch.to(self.device, dtype=self.param_dtype)
-        cfg = self.config
 
         advantages, returns = masked_gae(
             batch.rewards,
@@ -181,10 +183,22 @@ class PPOLearner:
         )
         stats["num_valid"] = num_valid
         stats["num_total"] = batch.num_total
+        stats["learning_rate"] = learning_rate
+        stats["ent_coef"] = float(cfg.ent_coef)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         stats["update_time_s"] = time.perf_counter() - start
         return stats
+
+    def set_hyperparameters(self, *, learning_rate: float, ent_coef: float) -> None:
+        """Train with these from the next update on: Adam's learning rate and the loss's entropy weight.
+
+        Not to be called while `update` runs (LearnerCore calls it as an update starts, under its state
+        lock); ValueError if PPOConfig refuses a value.
+        """
+        self.config = replace(self.config, lr=learning_rate, ent_coef=ent_coef)  # validated again
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
 
     def state_dict(self) -> dict:
         """Everything needed to resume updates identically: weights, Adam state, shuffle RNG."""

@@ -17,15 +17,25 @@ from fast.v1 import learner_pb2 as pb
 from fast.v1 import learner_pb2_grpc as pb_grpc
 from learner.batch import RolloutBatch
 from learner.core import LearnerCore
-from learner.errors import ErrorKind, LearnerError
-from learner.wire import batch_arrays_from_proto, stats_to_proto
+from learner.errors import ErrorKind, LearnerError, invalid_argument
+from learner.wire import EXPORT_FORMATS, batch_arrays_from_proto, stats_to_proto
 
 T = TypeVar("T")
 
 _STATUS = {
     ErrorKind.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorKind.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorKind.UNIMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
 }
+_FORMAT_NAMES = {value: name for name, value in EXPORT_FORMATS.items()}
+
+
+def _format_name(value: int) -> str:
+    if value not in _FORMAT_NAMES:
+        known = ", ".join(pb.PolicyFormat.Name(v) for v in _FORMAT_NAMES)
+        shown = pb.PolicyFormat.Name(value) if value in pb.PolicyFormat.values() else str(value)
+        raise invalid_argument(f"format is {shown}; set one of {known}")
+    return _FORMAT_NAMES[value]
 
 
 def _space(request, name: str) -> SpaceSpec:
@@ -46,9 +56,10 @@ class LearnerServicer(pb_grpc.LearnerServicer):
             await context.abort(_STATUS[exc.kind], exc.message)
         except (tensor.TensorError, ValueError) as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except OSError as exc:  # only checkpoint writes touch the disk
+        except OSError as exc:  # only checkpoints touch the disk
             await context.abort(
-                grpc.StatusCode.INTERNAL, f"writing the checkpoint failed: {exc}; check --checkpoint-dir"
+                grpc.StatusCode.INTERNAL,
+                f"the checkpoint directory failed (writing or listing): {exc}; check --checkpoint-dir",
             )
         raise AssertionError("unreachable: context.abort raises")
 
@@ -87,5 +98,32 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         async def call() -> pb.SaveCheckpointResponse:
             path, version = await self.core.save_checkpoint()
             return pb.SaveCheckpointResponse(path=str(path), policy_version=version)
+
+        return await self._run(call(), context)
+
+    async def UpdateHyperparameters(
+        self, request: pb.UpdateHyperparametersRequest, context
+    ) -> pb.UpdateHyperparametersResponse:
+        async def call() -> pb.UpdateHyperparametersResponse:
+            values, effective_from = self.core.update_hyperparameters(
+                learning_rate=request.learning_rate if request.HasField("learning_rate") else None,
+                ent_coef=request.ent_coef if request.HasField("ent_coef") else None,
+            )
+            return pb.UpdateHyperparametersResponse(
+                hyperparameters=values.to_proto(), effective_from_version=effective_from
+            )
+
+        return await self._run(call(), context)
+
+    async def ListCheckpoints(self, request: pb.ListCheckpointsRequest, context) -> pb.ListCheckpointsResponse:
+        async def call() -> pb.ListCheckpointsResponse:
+            checkpoints = await self.core.list_checkpoints()
+            return pb.ListCheckpointsResponse(checkpoints=[info.to_proto() for info in checkpoints])
+
+        return await self._run(call(), context)
+
+    async def ExportPolicy(self, request: pb.ExportPolicyRequest, context) -> pb.ExportPolicyResponse:
+        async def call() -> pb.ExportPolicyResponse:
+            return (await self.core.export_policy(_format_name(request.format))).to_proto()
 
         return await self._run(call(), context)

@@ -6,7 +6,10 @@ One home for both directions, so the client (learner/client.py) and the servicer
     batch    a dict of numpy arrays keyed by RolloutBatch's field names (plus `policy_version`)
     stats    a dict of floats keyed by STATS_FIELDS (PPOLearner.update's statistics)
     Policy   a policy version with its weights, hidden sizes and spaces
+    Hyperparameters  the learning rate and entropy coefficient the next update uses
     LearnerStatus  what GetStatus reports
+    CheckpointInfo  one checkpoint file, as ListCheckpoints lists it
+    ExportedPolicy  a serialised deterministic policy (ExportPolicy), EXPORT_FORMATS its formats
 
 Deliberately light (numpy, fast.*, the generated stubs): the broker imports it with the client
 and must not load torch's optimiser or the learner's maths to speak to the learner.
@@ -47,7 +50,11 @@ STATS_FIELDS = (
     "update_time_s",
     "num_valid",
     "num_total",
+    "learning_rate",
+    "ent_coef",
 )
+# ExportPolicy's formats: the name the learner's code uses, and the wire's enum value.
+EXPORT_FORMATS = {"torchscript": pb.POLICY_FORMAT_TORCHSCRIPT, "onnx": pb.POLICY_FORMAT_ONNX}
 
 
 # -- the batch ---------------------------------------------------------------------------------
@@ -135,6 +142,21 @@ class Policy:
 
 
 @dataclass(frozen=True)
+class Hyperparameters:
+    """The hyper-parameters that can change while a run goes on (UpdateHyperparameters)."""
+
+    learning_rate: float  # Adam's learning rate
+    ent_coef: float  # weight of the entropy bonus in the loss
+
+    def to_proto(self) -> pb.Hyperparameters:
+        return pb.Hyperparameters(learning_rate=self.learning_rate, ent_coef=self.ent_coef)
+
+    @classmethod
+    def from_proto(cls, message: pb.Hyperparameters) -> Hyperparameters:
+        return cls(learning_rate=message.learning_rate, ent_coef=message.ent_coef)
+
+
+@dataclass(frozen=True)
 class LearnerStatus:
     """What GetStatus reports."""
 
@@ -145,6 +167,7 @@ class LearnerStatus:
     last_stats: dict[str, float] | None  # the last update's stats, None before the first update
     last_checkpoint: str  # path on the learner's machine, "" if none
     stale_batches_refused: int
+    hyperparameters: Hyperparameters | None = None  # what the next update uses; None from an older learner
 
     def to_proto(self) -> pb.GetStatusResponse:
         return pb.GetStatusResponse(
@@ -155,6 +178,7 @@ class LearnerStatus:
             last_stats=stats_to_proto(self.last_stats) if self.last_stats is not None else None,
             last_checkpoint=self.last_checkpoint,
             stale_batches_refused=self.stale_batches_refused,
+            hyperparameters=self.hyperparameters.to_proto() if self.hyperparameters is not None else None,
         )
 
     @classmethod
@@ -167,4 +191,57 @@ class LearnerStatus:
             last_stats=stats_from_proto(message.last_stats) if message.HasField("last_stats") else None,
             last_checkpoint=message.last_checkpoint,
             stale_batches_refused=message.stale_batches_refused,
+            hyperparameters=(
+                Hyperparameters.from_proto(message.hyperparameters) if message.HasField("hyperparameters") else None
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """One checkpoint file as ListCheckpoints reports it (the version is read from its name, the file is not opened)."""
+
+    path: str  # on the learner's file system
+    policy_version: int
+    size_bytes: int
+    modified_unix: float  # when it was written, Unix seconds
+
+    def to_proto(self) -> pb.CheckpointInfo:
+        return pb.CheckpointInfo(
+            path=self.path,
+            policy_version=self.policy_version,
+            size_bytes=self.size_bytes,
+            modified_unix=self.modified_unix,
+        )
+
+    @classmethod
+    def from_proto(cls, message: pb.CheckpointInfo) -> CheckpointInfo:
+        return cls(
+            path=message.path,
+            policy_version=message.policy_version,
+            size_bytes=message.size_bytes,
+            modified_unix=message.modified_unix,
+        )
+
+
+@dataclass(frozen=True)
+class ExportedPolicy:
+    """A policy serialised to run without this project: float32 obs [batch, *observation_shape] in, the
+    deterministic action [batch, *action shape] out (learner/export.py)."""
+
+    model: bytes  # TorchScript (torch.jit.load) or ONNX (input "obs", output "action")
+    policy_version: int
+    observation_shape: tuple[int, ...]
+
+    def to_proto(self) -> pb.ExportPolicyResponse:
+        return pb.ExportPolicyResponse(
+            model=self.model, policy_version=self.policy_version, observation_shape=list(self.observation_shape)
+        )
+
+    @classmethod
+    def from_proto(cls, message: pb.ExportPolicyResponse) -> ExportedPolicy:
+        return cls(
+            model=message.model,
+            policy_version=message.policy_version,
+            observation_shape=tuple(message.observation_shape),
         )
