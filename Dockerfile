@@ -13,6 +13,7 @@ COPY fast ./fast
 COPY sim_server ./sim_server
 COPY learner ./learner
 COPY broker ./broker
+COPY gateway ./gateway
 COPY jobs ./jobs
 RUN pip install --no-cache-dir .
 
@@ -20,6 +21,6 @@ RUN pip install --no-cache-dir .
 # that a fresh named volume mounted there is writable.
 RUN useradd --create-home --uid 10001 fast && mkdir -p /data/checkpoints /data/run && chown -R fast /data
 USER fast
-EXPOSE 50051 50052 50053
+EXPOSE 50051 50052 50053 8080
 ENTRYPOINT ["fast"]
 CMD ["sim-server", "--host", "0.0.0.0", "--port", "50051"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -45,6 +46,21 @@ def ensure_venv() -> None:
     STAMP.write_text(want)
 
 
+BROWSERS = ("chromium", "chromium-browser")
+
+
+def ensure_browser() -> None:
+    """Debian's chromium, for the dashboard's browser test: installed with apt-get when this is root on
+    Debian (CI is); elsewhere the test is skipped with a note saying how to get it."""
+    if any(shutil.which(name) for name in BROWSERS):
+        return
+    if shutil.which("apt-get") and hasattr(os, "geteuid") and os.geteuid() == 0:
+        _run("apt-get", "update", "-qq")
+        _run("apt-get", "install", "-y", "-qq", "chromium")
+    else:
+        print("note: no chromium found; the dashboard's browser test will be skipped (apt-get install chromium)")
+
+
 COMMANDS = {
     "train": [["-m", "fast", "train"]],
     # Lint and format first (seconds), then the tests; extra arguments go to pytest.
@@ -57,6 +73,8 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 2
     ensure_venv()
+    if argv[0] == "test":
+        ensure_browser()
     steps = COMMANDS[argv[0]]
     for i, args in enumerate(steps):
         extra = argv[1:] if i == len(steps) - 1 else []  # the user's arguments are for the last step

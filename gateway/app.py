@@ -12,6 +12,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fast.rpc import Credentials
 from gateway.errors import upstream_error_handler, validation_error_handler
+from gateway.models import ERROR_RESPONSES
 from gateway.routes import checkpoints, config, dashboard, health, metrics_history, prometheus, run, simulators, status
 from gateway.settings import GatewaySettings
 from gateway.upstream import UpstreamError, Upstreams
@@ -82,8 +83,9 @@ def create_app(settings: GatewaySettings, token: str, upstreams: Upstreams | Non
     app.state.settings = settings
     app.add_exception_handler(UpstreamError, upstream_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
-    for module in (health, status, metrics_history, run, config, simulators, checkpoints, prometheus, dashboard):
-        app.include_router(module.router)
+    for module in (health, status, metrics_history, run, config, simulators, checkpoints, prometheus):
+        app.include_router(module.router, responses=ERROR_RESPONSES)
+    app.include_router(dashboard.router)
     if settings.cors_origins:  # closed unless origins are named (never "*": settings refuse it)
         app.add_middleware(
             CORSMiddleware,

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-RunStateWord = Literal["unspecified", "starting", "running", "paused", "done", "failed"]
+RunStateWord = Literal["unspecified", "starting", "running", "pausing", "paused", "done", "failed"]
 
 # The bounds of the live settings; the broker and the learner check the same ones again.
 ALPHA_RANGE = "(0, 1]"
@@ -148,6 +148,42 @@ class Status(_Answer):
     last_metrics: IterationMetrics | None
     error: str
     learner: LearnerStatus
+
+
+class Problem(_Answer):
+    field: str
+    message: str
+
+
+class ErrorBody(_Answer):
+    """Every error answer: `detail` says what went wrong and what to do; `upstream` names the service
+    that failed (broker or learner) and `grpc_status` its status; `problems` lists a body's bad fields."""
+
+    detail: str
+    upstream: str | None = None
+    grpc_status: str | None = None
+    problems: list[Problem] | None = None
+
+
+ERROR_RESPONSES: dict[int | str, dict] = {
+    code: {"model": ErrorBody, "description": text}
+    for code, text in {
+        400: "A body that is not JSON",
+        404: "Not found (a simulator that is not attached)",
+        409: "Refused in the run's state (e.g. the run is over), or spaces that differ",
+        413: "Request body too large",
+        422: "Bad input: the message names the field and its allowed range",
+        429: "An upstream is out of resources",
+        501: "The upstream does not implement the call",
+        502: "An upstream answered unexpectedly, or refused the gateway's token",
+        503: "The broker or the learner is unavailable (named)",
+        504: "The broker or the learner did not answer within the deadline",
+    }.items()
+}
+AUTH_RESPONSES: dict[int | str, dict] = {
+    401: {"model": ErrorBody, "description": "No bearer token"},
+    403: {"model": ErrorBody, "description": "Not the run's token"},
+}
 
 
 class Health(_Answer):

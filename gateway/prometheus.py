@@ -13,7 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from fast.v1 import broker_pb2, learner_pb2
 
-_STATES = ("starting", "running", "paused", "done", "failed")
+_STATES = ("starting", "running", "pausing", "paused", "done", "failed")
 _LAST_ITERATION = {
     "raw_throughput": ("fast_raw_throughput", "Transitions per second of sampling, padding included (last iteration)"),
     "effective_throughput": ("fast_effective_throughput", "Valid transitions per second of sampling (last iteration)"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import sys
 
@@ -33,6 +34,15 @@ async def serve(settings: GatewaySettings) -> int:
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
+
+    # SIGTERM/SIGINT drain the server and the process exits 0. uvicorn catches them while it
+    # serves, restores the handlers it found, then raises the signal again: these handlers are the
+    # ones it finds, so the re-raise stops nothing twice (and a signal during start-up drains too).
+    def drain(signum, frame) -> None:
+        server.should_exit = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, drain)
     print(
         f"fast gateway listening on http://{display_address(settings.host, port)} "
         f"broker={settings.broker} learner={settings.learner}",

@@ -223,6 +223,34 @@ def broker(
     raise typer.Exit(code=_serve(BrokerConfig, ENV_PREFIX, serve, config, overrides))
 
 
+@app.command("gateway")
+def gateway(
+    broker: Annotated[Optional[str], typer.Option("--broker", help="Broker control API HOST:PORT.")] = None,
+    learner: Annotated[Optional[str], typer.Option("--learner", help="Learner HOST:PORT.")] = None,
+    port: Annotated[
+        Optional[int], typer.Option(help="HTTP port; 0 picks a free one and prints it. \\[default: 8080]")
+    ] = None,
+    host: ServiceHost = None,
+    deadline_s: Annotated[Optional[float], typer.Option(help="Deadline of every upstream call. \\[default: 5]")] = None,
+    cors_origins: Annotated[
+        Optional[str], typer.Option(help="Origins allowed by CORS, comma-separated. \\[default: none, CORS closed]")
+    ] = None,
+    config: ConfigFile = None,
+) -> None:
+    """Serve the REST gateway: status and control of a run, Prometheus /metrics and a dashboard at /.
+
+    Mutating calls need the run's token (FAST_AUTH_TOKEN or FAST_AUTH_TOKEN_FILE, as the services);
+    settings also come from FAST_GATEWAY_<NAME> environment variables or the --config file; see docs/gateway.md.
+    """
+    from gateway.server import serve
+    from gateway.settings import ENV_PREFIX, GatewaySettings
+
+    overrides = dict(
+        broker=broker, learner=learner, port=port, host=host, deadline_s=deadline_s, cors_origins=cors_origins
+    )
+    _serve(GatewaySettings, ENV_PREFIX, serve, config, overrides)
+
+
 def _train_default(field: str) -> str:
     # Shown in --help from TrainConfig itself, so the defaults live in one place (jobs/train/config.py).
     from jobs.train.config import TrainConfig
@@ -285,6 +313,10 @@ def train(
     runs_dir: Annotated[
         Optional[Path], typer.Option(help="Where runs are written." + _train_default("runs_dir"))
     ] = None,
+    gateway_port: Annotated[
+        Optional[int],
+        typer.Option(help="Port of the REST gateway and dashboard; 0 picks one." + _train_default("gateway_port")),
+    ] = None,
     config: ConfigFile = None,
 ) -> None:
     """Train on the local stack: K simulator servers, learner and broker as processes; then evaluate and report.
@@ -315,6 +347,7 @@ def train(
         keep_checkpoints=keep_checkpoints,
         name=name,
         runs_dir=runs_dir,
+        gateway_port=gateway_port,
     )
     try:
         cfg = resolve_config(TrainConfig, file=config, env_prefix=ENV_PREFIX, overrides=overrides)

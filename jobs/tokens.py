@@ -3,7 +3,8 @@
 `fast train` writes one per run (runs/<name>/token); `fast compare` and the benchmarks, which
 start their own simulator servers, use a temporary one. The services get the file's path in
 FAST_AUTH_TOKEN_FILE (`JobToken.env`, given to jobs/processes.py), the job's own clients the
-token itself (`JobToken.credentials`); the token is never printed, nor written to a config.
+token itself (`JobToken.credentials`); the token is never written to a config (`fast train` prints it
+once, in the dashboard URL's fragment).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import yaml
 from broker.config import BrokerConfig
 from fast import auth
 from fast.config import ConfigError, resolve_config
+from gateway.settings import GatewaySettings
 from learner.config import LearnerConfig
 from sim_server.config import SimServerConfig
 
@@ -88,7 +89,12 @@ def _k8s_env(kind: str, name: str) -> dict[str, str]:
     return {item["name"]: item["value"] for item in container.get("env", [])}
 
 
-_CONFIGS = {"FAST_SIM_": SimServerConfig, "FAST_LEARNER_": LearnerConfig, "FAST_BROKER_": BrokerConfig}
+_CONFIGS = {
+    "FAST_SIM_": SimServerConfig,
+    "FAST_LEARNER_": LearnerConfig,
+    "FAST_BROKER_": BrokerConfig,
+    "FAST_GATEWAY_": GatewaySettings,
+}
 # FAST_* variables that are no service setting but are read by every service (fast/auth.py).
 _SHARED_VARIABLES = auth.TOKEN_VARIABLES | {auth.HOME_ENV}
 
@@ -130,6 +136,13 @@ def test_compose_settings_are_real_and_the_services_point_at_each_other() -> Non
         ("broker", "FAST_BROKER_PORT"),
     ):
         assert services[name]["healthcheck"]["test"][-1] == f"127.0.0.1:{services[name]['environment'][variable]}"
+    # The gateway: the broker's and the learner's addresses, its /healthz, and published on loopback only.
+    gateway = services["gateway"]
+    env = gateway["environment"]
+    assert env["FAST_GATEWAY_BROKER"] == f"broker:{services['broker']['environment']['FAST_BROKER_PORT']}"
+    assert env["FAST_GATEWAY_LEARNER"] == f"learner:{services['learner']['environment']['FAST_LEARNER_PORT']}"
+    assert f"http://127.0.0.1:{env['FAST_GATEWAY_PORT']}/healthz" in gateway["healthcheck"]["test"][-1]
+    assert gateway["ports"] == [f"127.0.0.1:{env['FAST_GATEWAY_PORT']}:{env['FAST_GATEWAY_PORT']}"]
 
 
 def test_kubernetes_settings_are_real_and_the_broker_finds_both_services() -> None:
@@ -143,6 +156,11 @@ def test_kubernetes_settings_are_real_and_the_broker_finds_both_services() -> No
     assert broker["FAST_BROKER_SIMULATORS"] == f"dns:///fast-sim-server:{sim['FAST_SIM_PORT']}"
     assert broker["FAST_BROKER_LEARNER"] == f"fast-learner:{services['fast-learner']['spec']['ports'][0]['port']}"
     assert str(services["fast-learner"]["spec"]["ports"][0]["port"]) == learner["FAST_LEARNER_PORT"]
+    gateway = _k8s_env("Deployment", "fast-gateway")
+    _check_settings(gateway, "deploy/k8s gateway")
+    assert gateway["FAST_GATEWAY_BROKER"] == f"fast-broker:{services['fast-broker']['spec']['ports'][0]['port']}"
+    assert gateway["FAST_GATEWAY_LEARNER"] == broker["FAST_BROKER_LEARNER"]
+    assert str(services["fast-broker"]["spec"]["ports"][0]["port"]) == broker["FAST_BROKER_PORT"]
 
 
 def test_settings_check_catches_a_misspelt_variable() -> None:
@@ -176,7 +194,12 @@ def _workloads() -> list[dict]:
 
 def test_kubernetes_gives_every_workload_the_token_file_from_the_secret() -> None:
     workloads = _workloads()
-    assert {w["metadata"]["name"] for w in workloads} == {"fast-sim-server", "fast-learner", "fast-broker"}
+    assert {w["metadata"]["name"] for w in workloads} == {
+        "fast-sim-server",
+        "fast-learner",
+        "fast-broker",
+        "fast-gateway",
+    }
     assert not any(d["kind"] == "Secret" for d in _k8s_documents()), "a token must not be committed"
     for workload in workloads:
         where = f"deploy/k8s {workload['kind']} {workload['metadata']['name']}"
@@ -195,10 +218,12 @@ def test_kubernetes_gives_every_workload_the_token_file_from_the_secret() -> Non
         # Readable by the service (non-root, through fsGroup), not by others: fast/auth.py accepts no more.
         assert secret["defaultMode"] & 0o007 == 0 and pod["securityContext"].get("fsGroup"), where
         assert pod["securityContext"]["runAsNonRoot"] is True, where
-        # Probes use the gRPC health service, which needs no token.
+        # Probes use the gRPC health service, or the gateway's /healthz and /readyz: none needs a token.
         for probe in ("readinessProbe", "livenessProbe"):
             if probe in container:
-                assert "grpc" in container[probe], f"{where}: {probe}"
+                assert "grpc" in container[probe] or container[probe]["httpGet"]["path"] in ("/healthz", "/readyz"), (
+                    where
+                )
 
 
 def _ingress_from(component: str) -> list[dict]:
@@ -216,5 +241,6 @@ def test_network_policies_let_only_the_broker_reach_simulators_and_learner() -> 
     broker = {"app.kubernetes.io/name": "fast", "app.kubernetes.io/component": "broker"}
     assert _ingress_from("sim-server") == [broker]
     assert _ingress_from("learner") == [broker, {"app": "fast-gateway"}]
+    assert _ingress_from("broker") == [{"app": "fast-gateway"}]  # its control API: the gateway only
     job = next(d for d in _k8s_documents() if d["kind"] == "Job")
     assert broker.items() <= job["spec"]["template"]["metadata"]["labels"].items()

@@ -339,6 +339,37 @@ def test_fuzz_learner_get_policy_and_the_rest(learner_stub, known_version: int) 
     _learner_still_serves(learner_stub)
 
 
+MAYBE_FLOAT = st.one_of(st.none(), st.floats(), st.floats(-2, 2))
+
+
+@settings(FUZZ, max_examples=30)
+@given(learning_rate=MAYBE_FLOAT, ent_coef=MAYBE_FLOAT)
+def test_fuzz_learner_update_hyperparameters(learner_stub, learning_rate, ent_coef) -> None:
+    request = lpb.UpdateHyperparametersRequest(learning_rate=learning_rate, ent_coef=ent_coef)
+    reply = call(learner_stub.UpdateHyperparameters, request, {grpc.StatusCode.INVALID_ARGUMENT})
+    valid = (
+        (learning_rate is not None or ent_coef is not None)
+        and (learning_rate is None or 0 < learning_rate <= 1)
+        and (ent_coef is None or 0 <= ent_coef <= 1)
+    )
+    assert (reply is not None) == valid, (learning_rate, ent_coef)
+    # Back to the defaults, so that the tests after this one learn as usual.
+    learner_stub.UpdateHyperparameters(lpb.UpdateHyperparametersRequest(learning_rate=3e-4, ent_coef=0.0), timeout=30)
+    _learner_still_serves(learner_stub)
+
+
+@settings(FUZZ, max_examples=15)
+@given(policy_format=st.one_of(st.sampled_from([0, 1, 2]), st.integers(3, 2**31 - 1), st.integers(-(2**31), -1)))
+def test_fuzz_learner_export_and_list(learner_stub, policy_format: int) -> None:
+    reply = call(learner_stub.ExportPolicy, lpb.ExportPolicyRequest(format=policy_format), LEARNER_ALLOWED)
+    assert (reply is not None) == (policy_format in (1, 2))
+    if reply is not None:
+        assert reply.model and reply.policy_version >= 0
+    listed = learner_stub.ListCheckpoints(lpb.ListCheckpointsRequest(), timeout=30).checkpoints
+    assert [c.policy_version for c in listed] == sorted((c.policy_version for c in listed), reverse=True)
+    _learner_still_serves(learner_stub)
+
+
 def test_learner_learns_and_checkpoints_after_the_fuzzing(learner_stub) -> None:
     version = _learner_still_serves(learner_stub)
     reply = learner_stub.SubmitBatch(
@@ -435,4 +466,33 @@ def test_fuzz_broker_control(broker_stub, action: int) -> None:
         assert action not in (1, 2)
     else:
         assert action in (1, 2)
+    _broker_still_serves(broker_stub)
+
+
+@settings(FUZZ, max_examples=30)
+@given(alpha=MAYBE_FLOAT, t_max=st.one_of(st.none(), INT64), samples=st.one_of(st.none(), INT64))
+def test_fuzz_broker_update_settings(broker_stub, alpha, t_max, samples) -> None:
+    request = bpb.UpdateSettingsRequest(alpha=alpha, t_max=t_max, samples_per_iteration=samples)
+    reply = call(broker_stub.UpdateSettings, request, BROKER_ALLOWED)
+    valid = (
+        (alpha, t_max, samples) != (None, None, None)
+        and (alpha is None or 0 < alpha <= 1)
+        and (t_max is None or 1 <= t_max <= 100_000)
+        and (samples is None or 1 <= samples <= 10_000_000)
+    )
+    assert (reply is not None) == valid, (alpha, t_max, samples)
+    _broker_still_serves(broker_stub)
+
+
+@settings(FUZZ, max_examples=30)
+@given(address=st.one_of(NOT_ADDRESSES, st.text(max_size=50)), since=INT64, count=st.integers(-(2**31), 2**31 - 1))
+def test_fuzz_broker_detach_and_history(broker_stub, address: str, since: int, count: int) -> None:
+    allowed = BROKER_ALLOWED | {grpc.StatusCode.NOT_FOUND}
+    reply = call(broker_stub.DetachSimulator, bpb.DetachSimulatorRequest(address=address), allowed)
+    assert reply is None  # none of these is attached
+    request = bpb.GetMetricsHistoryRequest(since_iteration=since, max_count=count)
+    reply = call(broker_stub.GetMetricsHistory, request, BROKER_ALLOWED)
+    assert (reply is None) == (count < 0)  # a negative since is "from the first"
+    if reply is not None:
+        assert len(reply.iterations) <= 1000
     _broker_still_serves(broker_stub)

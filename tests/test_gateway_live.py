@@ -131,7 +131,7 @@ def test_live_4_attach_then_detach(stack):
     assert iterations == list(range(1, len(iterations) + 1))
     # A wrong address is refused and the run goes on.
     code, body = stack.call("POST", "/v1/simulators", {"address": "127.0.0.1:1"})
-    assert code == 503 and "did not answer" in body["detail"]
+    assert code == 422 and "did not answer" in body["detail"]
     assert stack.status()["state"] == "running"
 
 

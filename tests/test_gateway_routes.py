@@ -111,6 +111,8 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
 
     def RegisterSimulator(self, request, context):
         self.u.enter("RegisterSimulator", request, context)
+        if request.address == "127.0.0.1:1":
+            context.abort(grpc.StatusCode.UNAVAILABLE, "simulator '127.0.0.1:1' did not answer Describe: refused")
         return broker_pb2.RegisterSimulatorResponse(num_slots=5, env_id="takeover")
 
     def DetachSimulator(self, request, context):
@@ -236,7 +238,7 @@ def test_get_status(stack):
 def test_get_status_broker_down_names_it(stack):
     client, broker_u, _ = stack
     broker_u.fail = grpc.StatusCode.UNAVAILABLE
-    broker_u.fail_details = "x" * 10_000
+    broker_u.fail_details = "x" * 5_000  # under gRPC's 8 KiB metadata limit
     answer = client.get("/v1/status")
     assert answer.status_code == 503
     body = answer.json()
@@ -468,6 +470,20 @@ def test_post_simulator(stack):
     assert answer.status_code == 201
     assert answer.json()["num_slots"] == 5
     assert broker_u.calls[-1][1].address == "127.0.0.1:7002"
+
+
+def test_post_simulator_that_does_not_answer_is_422(stack):
+    client, _, _ = stack
+    answer = client.post("/v1/simulators", json={"address": "127.0.0.1:1"}, headers=AUTH)
+    assert answer.status_code == 422
+    assert answer.json()["detail"] == "address: simulator '127.0.0.1:1' did not answer Describe: refused"
+
+
+def test_post_simulator_broker_down_is_503(stack):
+    client, broker_u, _ = stack
+    broker_u.fail = grpc.StatusCode.UNAVAILABLE
+    answer = client.post("/v1/simulators", json={"address": "127.0.0.1:7002"}, headers=AUTH)
+    assert answer.status_code == 503 and answer.json()["upstream"] == "broker"
 
 
 def test_delete_simulator_unknown_is_404(stack):

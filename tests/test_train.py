@@ -88,9 +88,14 @@ def test_train_writes_the_run_directory_and_stops_every_process(tmp_path: Path, 
 
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["train"]["mode"] == mode and config["train"]["update_epochs"] == 1
-    assert sorted(config["processes"]) == ["broker", "learner", "sim-server-0", "sim-server-1"]
+    assert sorted(config["processes"]) == ["broker", "gateway", "learner", "sim-server-0", "sim-server-1"]
+    gateway = config["processes"].pop("gateway")
     assert all(entry["address"].startswith("127.0.0.1:") for entry in config["processes"].values())
     assert f"--mode {mode}" in config["processes"]["broker"]["command"]
+    # The gateway's URL is printed once, with the run's token in the fragment for the dashboard.
+    token = (run_dir / "token").read_text().strip()
+    assert gateway["address"].startswith("http://127.0.0.1:")
+    assert output.count(f"{gateway['address']}/#token={token}") == 1
 
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["iteration"] for m in lines] == [1, 2] and all(m["mode"] == mode for m in lines)
@@ -124,8 +129,7 @@ def test_train_sigint_mid_run_stops_every_process(tmp_path: Path) -> None:
             finish(process, 5)
             pytest.fail("fast train ended or stalled before its first iteration")
         time.sleep(0.2)
-    pids = recorded_pids(tmp_path / "interrupted")
-    assert len(pids) == 4
+    pids = _all_recorded(tmp_path / "interrupted")
 
     interrupted_at = time.monotonic()
     process.send_signal(signal.SIGINT)
@@ -139,6 +143,15 @@ def test_train_sigint_mid_run_stops_every_process(tmp_path: Path) -> None:
     # The broker finished its iteration on SIGTERM; the learner checkpointed its final version.
     assert outcome["exit_codes"]["broker"] == 0 and outcome["exit_codes"]["learner"] == 0
     assert (tmp_path / "interrupted" / "report.md").is_file()
+
+
+def _all_recorded(run_dir: Path) -> dict[str, int]:
+    """The five processes' pids, once config.yaml holds them all (the gateway starts last)."""
+    deadline = time.monotonic() + 60
+    while len(pids := recorded_pids(run_dir)) < 5 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert sorted(pids) == ["broker", "gateway", "learner", "sim-server-0", "sim-server-1"]
+    return pids
 
 
 def _running(pid: int) -> bool:
@@ -160,8 +173,7 @@ def test_train_killed_with_sigkill_leaves_no_process_behind(tmp_path: Path) -> N
             finish(process, 5)
             pytest.fail("fast train ended or stalled before its first iteration")
         time.sleep(0.2)
-    pids = recorded_pids(run_dir)
-    assert len(pids) == 4
+    pids = _all_recorded(run_dir)
     # Each child leads a session of its own, so a terminal's Ctrl-C reaches only fast train.
     assert all(os.getsid(pid) == pid for pid in pids.values())
 

@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from fast.v1 import learner_pb2
 from gateway.convert import to_plain
 from gateway.deps import Authorized, UpstreamsDep
-from gateway.models import Checkpoint, SavedCheckpoint
+from gateway.models import AUTH_RESPONSES, Checkpoint, SavedCheckpoint
 
 router = APIRouter(prefix="/v1", tags=["checkpoints"])
 
@@ -37,7 +37,7 @@ async def list_checkpoints(upstreams: UpstreamsDep) -> list[Checkpoint]:
     status_code=201,
     response_model=SavedCheckpoint,
     dependencies=[Authorized],
-    responses={401: {"description": "No bearer token"}, 403: {"description": "Not the run's token"}},
+    responses=AUTH_RESPONSES,
 )
 async def save_checkpoint(upstreams: UpstreamsDep) -> SavedCheckpoint:
     return SavedCheckpoint.model_validate(to_plain(await upstreams.save_checkpoint()))

@@ -14,6 +14,7 @@ from fastapi import APIRouter
 from gateway.convert import to_plain
 from gateway.deps import Authorized, UpstreamsDep
 from gateway.models import (
+    AUTH_RESPONSES,
     BrokerSettingsAnswer,
     ConfigPatch,
     ConfigPatchAnswer,
@@ -42,7 +43,7 @@ async def get_config(upstreams: UpstreamsDep) -> ConfigView:
     "/config",
     response_model=ConfigPatchAnswer,
     dependencies=[Authorized],
-    responses={401: {"description": "No bearer token"}, 403: {"description": "Not the run's token"}},
+    responses=AUTH_RESPONSES,
 )
 async def patch_config(patch: ConfigPatch, upstreams: UpstreamsDep) -> ConfigPatchAnswer:
     """Both halves are checked here first (422 names the field and its range), so a refusal by a

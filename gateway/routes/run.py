@@ -7,11 +7,9 @@ from fastapi import APIRouter
 from fast.v1 import broker_pb2
 from gateway.convert import enum_word
 from gateway.deps import Authorized, UpstreamsDep
-from gateway.models import RunControlAnswer
+from gateway.models import AUTH_RESPONSES, RunControlAnswer
 
 router = APIRouter(prefix="/v1/run", tags=["run"], dependencies=[Authorized])
-
-_AUTH_ERRORS = {401: {"description": "No bearer token"}, 403: {"description": "Not the run's token"}}
 
 
 async def _control(upstreams, action: int, note: str) -> RunControlAnswer:
@@ -19,17 +17,17 @@ async def _control(upstreams, action: int, note: str) -> RunControlAnswer:
     return RunControlAnswer(state=enum_word(broker_pb2.RunState.Name(reply.state), "RUN_STATE_"), note=note)
 
 
-@router.post("/pause", response_model=RunControlAnswer, responses=_AUTH_ERRORS)
+@router.post("/pause", response_model=RunControlAnswer, responses=AUTH_RESPONSES)
 async def pause(upstreams: UpstreamsDep) -> RunControlAnswer:
     return await _control(upstreams, broker_pb2.CONTROL_ACTION_PAUSE, "the iteration in progress finishes, then waits")
 
 
-@router.post("/resume", response_model=RunControlAnswer, responses=_AUTH_ERRORS)
+@router.post("/resume", response_model=RunControlAnswer, responses=AUTH_RESPONSES)
 async def resume(upstreams: UpstreamsDep) -> RunControlAnswer:
     return await _control(upstreams, broker_pb2.CONTROL_ACTION_RESUME, "sampling goes on from the next iteration")
 
 
-@router.post("/stop", response_model=RunControlAnswer, responses=_AUTH_ERRORS)
+@router.post("/stop", response_model=RunControlAnswer, responses=AUTH_RESPONSES)
 async def stop(upstreams: UpstreamsDep) -> RunControlAnswer:
     return await _control(
         upstreams, broker_pb2.CONTROL_ACTION_STOP, "the iteration in progress finishes, then the run ends"

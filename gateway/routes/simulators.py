@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+import grpc
+from fastapi import APIRouter, HTTPException, Path
 
+from fast.quoting import shorten
 from gateway.convert import to_plain
 from gateway.deps import Authorized, UpstreamsDep
-from gateway.models import AttachedSimulator, AttachSimulator, DetachedSimulator, Simulator
+from gateway.models import AUTH_RESPONSES, AttachedSimulator, AttachSimulator, DetachedSimulator, Simulator
+from gateway.upstream import UpstreamError
 
 router = APIRouter(prefix="/v1/simulators", tags=["simulators"])
-
-_AUTH_ERRORS = {401: {"description": "No bearer token"}, 403: {"description": "Not the run's token"}}
 
 
 @router.get("", response_model=list[Simulator])
@@ -25,12 +26,19 @@ async def list_simulators(upstreams: UpstreamsDep) -> list[Simulator]:
     status_code=201,
     response_model=AttachedSimulator,
     dependencies=[Authorized],
-    responses={**_AUTH_ERRORS, 409: {"description": "Its spaces differ"}, 503: {"description": "It does not answer"}},
+    responses=AUTH_RESPONSES,
 )
 async def attach_simulator(body: AttachSimulator, upstreams: UpstreamsDep) -> AttachedSimulator:
-    """The broker checks it with Describe now (a wrong address or other spaces are refused, and the run
-    goes on); its slots join at the next iteration boundary."""
-    reply = await upstreams.register(body.address)
+    """The broker checks it with Describe now: an address that does not answer (422) or a simulator
+    with other spaces (409) is refused, and the run goes on; its slots join at the next iteration."""
+    await upstreams.run_status()  # the broker itself is down: 503 naming it, before blaming the address
+    try:
+        reply = await upstreams.register(body.address)
+    except UpstreamError as error:
+        if error.code != grpc.StatusCode.UNAVAILABLE:
+            raise
+        # The broker answered: it is the simulator named in the body that does not.
+        raise HTTPException(status_code=422, detail=f"address: {shorten(error.details, 300)}") from None
     return AttachedSimulator(
         address=body.address, num_slots=reply.num_slots, env_id=reply.env_id, note="joins at the next iteration"
     )
@@ -41,7 +49,7 @@ async def attach_simulator(body: AttachSimulator, upstreams: UpstreamsDep) -> At
     status_code=202,
     response_model=DetachedSimulator,
     dependencies=[Authorized],
-    responses={**_AUTH_ERRORS, 404: {"description": "Not attached"}, 409: {"description": "The last one"}},
+    responses={**AUTH_RESPONSES, 404: {"description": "Not attached"}, 409: {"description": "The last one"}},
 )
 async def detach_simulator(
     address: Annotated[str, Path(min_length=3, max_length=260, description="HOST:PORT as GET lists it")],

@@ -51,6 +51,10 @@ class TrainConfig(BaseModel):
     checkpoint_every: int = Field(10, ge=1)  # the learner checkpoints every K policy versions
     keep_checkpoints: int = Field(3, ge=1)  # ... and keeps the newest N (`fast bench train` keeps all)
 
+    # The REST gateway (docs/gateway.md) on loopback: dashboard, status and control of the run.
+    gateway: bool = True
+    gateway_port: int = Field(0, ge=0, le=65535)  # 0 picks a free port; the URL is printed
+
     # Evaluation at the end, on the held-out clips; 0 skips it.
     eval_episodes_per_clip: int = Field(3, ge=0)
 

@@ -25,6 +25,7 @@ import yaml
 from rich.console import Console
 
 from broker.dealer import HOLDOUT_EVERY
+from broker.wire import metrics_from_proto
 from jobs import processes
 from jobs.tokens import JobToken, write_job_token
 from jobs.train.config import TrainConfig
@@ -96,6 +97,7 @@ class TrainingRun:
         self.sims: list[processes.Launch] = []
         self.learner: processes.Launch | None = None
         self.broker: processes.Launch | None = None
+        self.gateway: processes.Launch | None = None
         self.initial_policy = None  # version 0's weights, for the evaluation
         self.addresses: dict[str, str] = {}
         self.token: JobToken | None = None  # the run's own token (runs/<name>/token), made by start()
@@ -204,11 +206,41 @@ class TrainingRun:
             env={**self.token.env, "FAST_BROKER_HOLDOUT_EVERY": str(HOLDOUT_EVERY)},
         )
         self.addresses["broker"] = processes.wait_listening(self.broker, deadline, stopping).address
+        self.write_config()  # the broker samples already: its pid is on record before the gateway's start
+        if cfg.gateway:
+            self.start_gateway(deadline, stopping)
         self.write_config()
 
+    def start_gateway(self, deadline: float, stopping) -> None:
+        """The REST gateway beside the run; its URL is printed once, with the token in its fragment
+        (never sent to the server) so that the dashboard's buttons work from that link."""
+        self.gateway = _launch(
+            "gateway",
+            [
+                "gateway",
+                "--broker",
+                self.addresses["broker"],
+                "--learner",
+                self.addresses["learner"],
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.cfg.gateway_port),
+            ],
+            env=self.token.env,
+        )
+        url = processes.wait_listening(self.gateway, deadline, stopping).address
+        self.addresses["gateway"] = url
+        self.console.print(
+            f"gateway: {url}  (dashboard: {url}/#token={self.token.credentials.token} ; "
+            f"REST calls that steer the run need 'Authorization: Bearer $(cat {self.token.path})')",
+            highlight=False,
+            soft_wrap=True,
+        )
+
     def children(self) -> list[processes.Launch]:
-        """Every child, in stopping order: broker, learner, simulators."""
-        return [c for c in [self.broker, self.learner, *self.sims] if c is not None]
+        """Every child, in stopping order: gateway, broker, learner, simulators."""
+        return [c for c in [self.gateway, self.broker, self.learner, *self.sims] if c is not None]
 
     def write_config(self) -> None:
         """config.yaml: the resolved settings, and each process's pid, address and exact command."""
@@ -237,8 +269,8 @@ class TrainingRun:
                     reply = status.poll()
                     if reply is not None:
                         self.broker_error = reply.error or self.broker_error
-                        if reply.last_metrics_json and reply.iteration >= self.iterations_done:
-                            last = json.loads(reply.last_metrics_json)
+                        if reply.HasField("last_metrics") and reply.iteration >= self.iterations_done:
+                            last = metrics_from_proto(reply.last_metrics)
                     view.update(max(self.iterations_done, reply.iteration if reply else 0), last)
                     if self.signals.received:
                         return "interrupted"
