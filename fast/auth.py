@@ -17,6 +17,7 @@ call (fast/rpc.py: RpcClient's stubs; `blocking_interceptor` on synchronous chan
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import hmac
 import logging
@@ -230,6 +231,9 @@ def _presented_token(metadata) -> bytes | None:
     return None
 
 
+_FIRST_MESSAGE_WAIT_S = 1.0  # a refused request stream waits this long for its first message
+
+
 def _refusing(handler: grpc.RpcMethodHandler, method: str, reason: str, refusals: _RefusalLog):
     """A handler of the same shape as `handler` that ends the call with UNAUTHENTICATED."""
     message = f"{reason}: {HOW_TO_SUPPLY}"
@@ -237,6 +241,15 @@ def _refusing(handler: grpc.RpcMethodHandler, method: str, reason: str, refusals
     async def refuse(_request, context: grpc.aio.ServicerContext):
         refusals.note(method, context.peer(), reason)
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    async def refuse_after_first_message(requests, context: grpc.aio.ServicerContext):
+        # Ending a client stream before its first message has landed races the client's write, and
+        # gRPC core then reports INTERNAL to the client instead of our status: let it land (briefly).
+        try:
+            await asyncio.wait_for(anext(aiter(requests)), _FIRST_MESSAGE_WAIT_S)
+        except (asyncio.TimeoutError, StopAsyncIteration, grpc.RpcError):
+            pass
+        await refuse(requests, context)
 
     if handler.request_streaming and handler.response_streaming:
         make = grpc.stream_stream_rpc_method_handler
@@ -247,7 +260,9 @@ def _refusing(handler: grpc.RpcMethodHandler, method: str, reason: str, refusals
     else:
         make = grpc.unary_unary_rpc_method_handler
     return make(
-        refuse, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+        refuse_after_first_message if handler.request_streaming else refuse,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
     )
 
 
