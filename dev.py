@@ -49,16 +49,42 @@ def ensure_venv() -> None:
 BROWSERS = ("chromium", "chromium-browser")
 
 
+def _can_apt() -> bool:
+    """Root on a Debian-like system (CI is): system packages the tests use can be installed."""
+    return bool(shutil.which("apt-get")) and hasattr(os, "geteuid") and os.geteuid() == 0
+
+
 def ensure_browser() -> None:
     """Debian's chromium, for the dashboard's browser test: installed with apt-get when this is root on
     Debian (CI is); elsewhere the test is skipped with a note saying how to get it."""
     if any(shutil.which(name) for name in BROWSERS):
         return
-    if shutil.which("apt-get") and hasattr(os, "geteuid") and os.geteuid() == 0:
+    if _can_apt():
         _run("apt-get", "update", "-qq")
         _run("apt-get", "install", "-y", "-qq", "chromium")
     else:
         print("note: no chromium found; the dashboard's browser test will be skipped (apt-get install chromium)")
+
+
+NODE_EXAMPLE = ROOT / "examples" / "node_sim"
+
+
+def ensure_node_example() -> None:
+    """The Node example's packages (`npm ci`) for tests/test_examples.py, when node and npm exist and
+    node_modules/ is missing or older than package-lock.json; without node the test is skipped."""
+    if not (shutil.which("node") and shutil.which("npm")) and _can_apt():
+        _run("apt-get", "update", "-qq")
+        _run("apt-get", "install", "-y", "-qq", "nodejs", "npm")
+    if not (shutil.which("node") and shutil.which("npm")):
+        print("note: no node/npm found; the Node simulator example's test will be skipped (apt-get install nodejs npm)")
+        return
+    modules, lock = NODE_EXAMPLE / "node_modules", NODE_EXAMPLE / "package-lock.json"
+    if modules.exists() and modules.stat().st_mtime >= lock.stat().st_mtime:
+        return
+    print("+ npm ci (examples/node_sim)", flush=True)
+    npm = [shutil.which("npm"), "ci", "--no-audit", "--no-fund", "--loglevel=error"]
+    if subprocess.run(npm, cwd=NODE_EXAMPLE).returncode != 0:
+        print("note: npm ci failed in examples/node_sim; the Node simulator example's test will fail")
 
 
 COMMANDS = {
@@ -75,6 +101,7 @@ def main(argv: list[str]) -> int:
     ensure_venv()
     if argv[0] == "test":
         ensure_browser()
+        ensure_node_example()
     steps = COMMANDS[argv[0]]
     for i, args in enumerate(steps):
         extra = argv[1:] if i == len(steps) - 1 else []  # the user's arguments are for the last step

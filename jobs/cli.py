@@ -268,6 +268,14 @@ def train(
         Optional[float], typer.Option(help="DPSA termination-rate threshold." + _train_default("alpha"))
     ] = None,
     t_max: Annotated[Optional[int], typer.Option(help="DPSA round length limit." + _train_default("t_max"))] = None,
+    simulators: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Train on simulator servers that run already: HOST:PORT[,HOST:PORT...] or dns:///NAME:PORT "
+            "(none started or stopped; the environment's run token; --env/--servers/--slots/--cost-preset then "
+            "do not apply)."
+        ),
+    ] = None,
     servers: Annotated[
         Optional[int], typer.Option(help="Simulator server processes." + _train_default("servers"))
     ] = None,
@@ -333,6 +341,7 @@ def train(
         mode=mode,
         alpha=alpha,
         t_max=t_max,
+        simulators=simulators,
         servers=servers,
         slots=slots,
         seed=seed,
@@ -387,9 +396,18 @@ def bench_sampling(
     modes: Annotated[str, typer.Option(help="Sampling modes, comma-separated.")] = ",".join(MODE_NAMES),
     clips: Annotated[str, typer.Option(help="Clip counts (parallel slots), comma-separated.")] = "5,10,20,30",
     preset: Annotated[
-        str, typer.Option(help="Cost presets, comma-separated (docs/cost_model.md).")
-    ] = "calibrated,parallel",
-    servers: Annotated[int, typer.Option(min=1, help="Simulator server processes.")] = 2,
+        Optional[str],
+        typer.Option(help="Cost presets, comma-separated (docs/cost_model.md). \\[default: calibrated,parallel]"),
+    ] = None,
+    servers: Annotated[Optional[int], typer.Option(min=1, help="Simulator server processes. \\[default: 2]")] = None,
+    simulators: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Measure simulator servers that run already: HOST:PORT[,HOST:PORT...] or dns:///NAME:PORT "
+            "(their own costs; none started or stopped; the environment's run token; --preset/--servers/--env/"
+            "--gym-reference then do not apply)."
+        ),
+    ] = None,
     repeats: Annotated[int, typer.Option(min=1, help="Interleaved repeats; medians are reported.")] = 3,
     samples: Annotated[int, typer.Option(min=1, help="Valid transitions per measured iteration.")] = 2048,
     alpha: Annotated[float, typer.Option(help="FAST termination-rate threshold.")] = 0.5,
@@ -399,11 +417,18 @@ def bench_sampling(
         Optional[Path], typer.Option(help="A fast train run's checkpoints/: adds the trained policy.")
     ] = None,
     gym_reference: Annotated[
-        bool, typer.Option(help="Also measure Gymnasium's AsyncVectorEnv with autoreset (takeover only).")
-    ] = True,
+        Optional[bool],
+        typer.Option(
+            help="Also measure Gymnasium's AsyncVectorEnv with autoreset (takeover only). "
+            "\\[default: on, off with --simulators]"
+        ),
+    ] = None,
     env: Annotated[
-        str, typer.Option(help="Workload: takeover, or gym:<id> such as gym:highway_env:highway-fast-v0.")
-    ] = "takeover",
+        Optional[str],
+        typer.Option(
+            help="Workload: takeover, or gym:<id> such as gym:highway_env:highway-fast-v0. \\[default: takeover]"
+        ),
+    ] = None,
     length_samples: Annotated[
         int,
         typer.Option(min=0, help="Steady-state episode lengths: valid transitions counted per configuration; 0 skips."),
@@ -418,23 +443,29 @@ def bench_sampling(
     """Every sampling mode at every clip count and cost preset, interleaved: JSON, a markdown table, PNG charts."""
     import time as _time
 
-    from jobs.bench.harness import SamplingBenchConfig
+    from jobs.bench.harness import EXTERNAL, SamplingBenchConfig
     from jobs.bench.sampling import run
+    from jobs.external import inapplicable
 
     try:
+        if simulators:
+            given = {"--preset": preset, "--servers": servers, "--env": env, "--gym-reference": gym_reference}
+            if any(value is not None for value in given.values()):
+                raise ValueError(inapplicable(flag for flag, value in given.items() if value is not None))
         cfg = SamplingBenchConfig(
             modes=_csv(modes, str, "--modes"),
             clips=_csv(clips, int, "--clips"),
-            presets=_csv(preset, str, "--preset"),
-            servers=servers,
+            presets=(EXTERNAL,) if simulators else _csv(preset or "calibrated,parallel", str, "--preset"),
+            servers=servers or 2,
+            simulators=_csv(simulators or "", str, "--simulators"),
             repeats=repeats,
             samples=samples,
             alpha=alpha,
             t_max=t_max,
             seed=seed,
             checkpoint_dir=checkpoint_dir,
-            gym_reference=gym_reference,
-            env=env,
+            gym_reference=not simulators if gym_reference is None else gym_reference,
+            env=env or "takeover",
             length_samples=length_samples,
             length_warmup_steps=length_warmup_steps,
         )
@@ -453,10 +484,24 @@ def bench_sampling(
 )
 def bench_train(
     modes: Annotated[str, typer.Option(help="Sampling modes, comma-separated.")] = "sc,sgr,ver,fast",
-    clips: Annotated[int, typer.Option(min=1, help="Parallel clips (slots) of every run.")] = 10,
+    clips: Annotated[
+        Optional[int], typer.Option(min=1, help="Parallel clips (slots) of every run. \\[default: 10]")
+    ] = None,
     seeds: Annotated[int, typer.Option(min=1, help="Seeds per mode.")] = 3,
-    servers: Annotated[int, typer.Option(min=1, help="Simulator server processes per run.")] = 2,
-    preset: Annotated[str, typer.Option(help="Cost preset (docs/cost_model.md).")] = "calibrated",
+    servers: Annotated[
+        Optional[int], typer.Option(min=1, help="Simulator server processes per run. \\[default: 2]")
+    ] = None,
+    preset: Annotated[
+        Optional[str], typer.Option(help="Cost preset (docs/cost_model.md). \\[default: calibrated]")
+    ] = None,
+    simulators: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Train and evaluate on simulator servers that run already: HOST:PORT[,HOST:PORT...] or "
+            "dns:///NAME:PORT (none started or stopped; the environment's run token; --clips/--servers/--preset "
+            "then do not apply)."
+        ),
+    ] = None,
     iterations: Annotated[int, typer.Option(min=1, help="Iterations per run.")] = 150,
     samples_per_iteration: Annotated[int, typer.Option(min=1, help="Valid transitions per iteration.")] = 2048,
     update_epochs: Annotated[int, typer.Option(min=1, help="PPO epochs per iteration.")] = 10,
@@ -505,6 +550,7 @@ def bench_train(
             update_epochs=update_epochs,
             checkpoint_every=checkpoint_every,
             eval_episodes_per_clip=eval_episodes_per_clip,
+            simulators=_csv(simulators or "", str, "--simulators"),
             **({} if target_return is None else {"target_return": target_return}),
         )
         out_dir = out or Path("runs") / f"bench-train-{_time.strftime('%Y%m%d-%H%M%S')}"
@@ -544,6 +590,33 @@ def play(
         _fail(f"{address}: {exc.code().name}: {exc.details()}")
     except (ValueError, OSError, TimeoutError) as exc:
         _fail(str(exc))
+
+
+@app.command("sim-check")
+def sim_check(
+    address: Annotated[str, typer.Argument(help="HOST:PORT of the simulator server to check.")],
+    token_file: Annotated[
+        Optional[Path],
+        typer.Option(help="File holding the server's run token. \\[default: the environment's, docs/security.md]"),
+    ] = None,
+    json_path: Annotated[
+        Optional[Path], typer.Option("--json", help="Also write the results to this JSON file.")
+    ] = None,
+    pid: Annotated[
+        Optional[int], typer.Option(help="The server's process id: check its drain on SIGTERM (this stops it).")
+    ] = None,
+    steps: Annotated[int, typer.Option(min=1, help="Lock-step steps of every slot in the step checks.")] = 300,
+    timeout_s: Annotated[float, typer.Option(min=0.1, help="Deadline of every call.")] = 10.0,
+    seed: Annotated[int, typer.Option(help="Seed of the random actions, clips and episode seeds.")] = 0,
+) -> None:
+    """Check that a simulator server keeps the fast.v1 contract: a pass/fail table with fixes, latency figures.
+
+    Exits 0 when no check failed, 1 when one did, 2 when the server cannot be checked (docs/sim_check.md).
+    """
+    from jobs.sim_check import Options, main
+
+    options = Options(timeout_s=timeout_s, steps=steps, seed=seed, pid=pid)
+    raise typer.Exit(code=main(address, options, token_file=token_file, json_path=json_path))
 
 
 @app.command("health")

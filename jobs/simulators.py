@@ -4,6 +4,9 @@
 workload, started in parallel as a user starts them (jobs/processes.py) and all stopped
 afterwards, whatever happened. The workload is what decides which episodes a (clip, seed)
 plays, so two policies evaluated on servers of one workload face the same episodes.
+
+Or the servers are external (`--simulators`, jobs/external.py): `job_simulators` then starts and
+stops nothing and hands out their addresses with the environment's token.
 """
 
 from __future__ import annotations
@@ -13,20 +16,71 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from fast.rpc import Credentials
+from jobs.external import ExternalSimulators
 from jobs.processes import ServiceProcess, start_service
+from jobs.tokens import temporary_job_token
 
 
 @dataclass(frozen=True)
 class Workload:
     """What the simulators must serve for two policies to face the same episodes."""
 
-    env: str
+    env: str  # "takeover", "gym:<id>", or an external server's Describe env_id
     catalog_args: tuple[str, ...]  # sim-server flags that shape the catalog, e.g. ("--num-clips", "60")
     holdout_every: int
+    # A run on external simulators: the catalog size they described; no command here starts such servers.
+    external_clips: int | None = None
+
+    @property
+    def external(self) -> bool:
+        return self.external_clips is not None
 
     def describe(self) -> str:
+        if self.external:
+            clips = f"{self.external_clips} clips"
+            return f"external simulators of env {self.env}, {clips}, holdout_every {self.holdout_every}"
         extra = f" {' '.join(self.catalog_args)}" if self.catalog_args else " (default catalog)"
         return f"env {self.env}{extra}, holdout_every {self.holdout_every}"
+
+    def mismatch(self, env_id: str, num_clips: int) -> str:
+        """How servers that describe themselves as `env_id` with `num_clips` clips differ from this workload; ""
+        when they do not, as far as their description tells (the spaces are checked apart)."""
+        if env_id != self.env:
+            return f"they serve env {env_id}, not {self.env}"
+        expected = self.external_clips
+        if expected is None and "--num-clips" in self.catalog_args:
+            expected = int(self.catalog_args[self.catalog_args.index("--num-clips") + 1])
+        if expected is not None and num_clips != expected:
+            return f"they have {num_clips} clips, not {expected}"
+        return ""
+
+
+@dataclass(frozen=True)
+class JobSimulators:
+    """The simulator servers a job plays on, and the credentials its calls to them carry."""
+
+    addresses: list[str]
+    credentials: Credentials
+    external: ExternalSimulators | None = None  # not started by the job, never stopped by it
+
+
+@contextmanager
+def job_simulators(
+    workload: Workload,
+    servers: int,
+    slots: int,
+    extra_args: tuple[str, ...] = (),
+    *,
+    external: ExternalSimulators | None = None,
+) -> Iterator[JobSimulators]:
+    """The external simulators as they are, or `servers` sim-server processes with a token of their own,
+    stopped on exit whatever happened."""
+    if external is not None:
+        yield JobSimulators(external.addresses, external.token.credentials, external)
+        return
+    with temporary_job_token() as token, simulator_servers(workload, servers, slots, extra_args, token.env) as started:
+        yield JobSimulators([s.address for s in started], token.credentials)
 
 
 def start_simulators(

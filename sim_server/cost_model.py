@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 
 from sim_server.precise_wait import precise_wait
 
@@ -83,8 +83,13 @@ def check_preset(name: str) -> str:
     return name
 
 
+def _yaml_off(value: object) -> object:
+    # YAML 1.1 reads a bare `off` (in a --config file or a FAST_*_COST_PRESET variable) as False.
+    return "off" if value is False else value
+
+
 # A config field naming a cost preset (`fast sim-server --cost-preset`, `fast train --cost-preset`).
-CostPreset = Annotated[str, AfterValidator(check_preset)]
+CostPreset = Annotated[str, BeforeValidator(_yaml_off), AfterValidator(check_preset)]
 
 
 def cost_model_config(preset: str, **overrides: float | bool | int | None) -> CostModelConfig:

@@ -92,3 +92,12 @@ def test_override_marks_preset_custom() -> None:
     cfg = cost_model_config("calibrated", step_latency_s=0.01, reset_fixed_s=None)
     assert cfg.preset == "calibrated+custom" and cfg.step_latency_s == 0.01
     assert cfg.reset_fixed_s == PRESETS["calibrated"].reset_fixed_s
+
+
+def test_cost_preset_off_from_yaml_is_the_off_preset() -> None:
+    # YAML 1.1 reads a bare `off` as False: a FAST_TRAIN_COST_PRESET=off must still mean the preset.
+    from fast.config import resolve_config
+    from jobs.train.config import ENV_PREFIX, TrainConfig
+
+    cfg = resolve_config(TrainConfig, env_prefix=ENV_PREFIX, environ={"FAST_TRAIN_COST_PRESET": "off"}, overrides={})
+    assert cfg.cost_preset == "off"

@@ -21,12 +21,17 @@ import time
 import numpy as np
 
 from jobs.bench.harness import SamplingBenchConfig, fixed_policies, measure_mode, runner_for, simulator_pool
+from jobs.external import ExternalSimulators
 
 
-async def measure_lengths(cfg: SamplingBenchConfig, log=print) -> list[dict]:
-    """One row per (policy, mode, clips): episodes, mean, percentiles, cut share and the ratio to SC."""
+async def measure_lengths(
+    cfg: SamplingBenchConfig, log=print, external: ExternalSimulators | None = None
+) -> list[dict]:
+    """One row per (policy, mode, clips): episodes, mean, percentiles, cut share and the ratio to SC.
+
+    On servers of its own without emulated costs, or on the `external` ones as they are."""
     rows = []
-    async with simulator_pool(cfg, "off") as pool:
+    async with simulator_pool(cfg, "off", external) as pool:
         for policy, (hidden, weights) in fixed_policies(cfg, pool).items():
             for mode in cfg.modes:
                 for clips in cfg.clips if mode != "sc" else (1,):

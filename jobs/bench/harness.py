@@ -20,10 +20,12 @@ from broker.dealer import HOLDOUT_EVERY, ClipDealer
 from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
 from broker.samplers import MODE_NAMES, make_sampler
-from jobs.simulators import Workload, simulator_servers
-from jobs.tokens import temporary_job_token
+from jobs.external import ExternalSimulators, env_is_an_address, inapplicable, parse_simulators
+from jobs.simulators import Workload, job_simulators
 
 MODES = MODE_NAMES  # the broker's sampling modes (broker/samplers/), all benchmarked by default
+# The "preset" of measurements on external simulators: their own costs, nothing emulated.
+EXTERNAL = "external"
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,9 @@ class SamplingBenchConfig:
     # after a warm-up of length_warmup_steps per slot; 0 skips the measurement.
     length_samples: int = 6000
     length_warmup_steps: int = 600
+    # Simulator servers that run already (jobs/external.py), measured instead of servers of its own;
+    # presets are then (EXTERNAL,) and servers, env and the Gymnasium reference do not apply.
+    simulators: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.modes if m not in MODES]
@@ -62,6 +67,11 @@ class SamplingBenchConfig:
                 f"length_samples={self.length_samples}, length_warmup_steps={self.length_warmup_steps}: "
                 "each must be >= 0 (length_samples 0 skips the episode-length measurement)"
             )
+        object.__setattr__(self, "simulators", parse_simulators(self.simulators))
+        if self.simulators:
+            if self.presets != (EXTERNAL,) or self.gym_reference:
+                raise ValueError(inapplicable(["--preset" if self.presets != (EXTERNAL,) else "--gym-reference"]))
+            return
         from sim_server.cost_model import PRESETS
 
         bad = [p for p in self.presets if p not in PRESETS]
@@ -69,6 +79,9 @@ class SamplingBenchConfig:
             raise ValueError(f"presets {bad} are unknown; use some of {', '.join(PRESETS)}")
         from sim_server.environments import check_env_spec
 
+        problem = env_is_an_address(self.env)
+        if problem:
+            raise ValueError(problem)
         check_env_spec(self.env)
         if self.env != "takeover" and self.gym_reference:
             raise ValueError(
@@ -141,21 +154,26 @@ async def measure_mode(
 
 
 @asynccontextmanager
-async def simulator_pool(cfg: SamplingBenchConfig, preset: str) -> AsyncIterator[SimulatorPool]:
+async def simulator_pool(
+    cfg: SamplingBenchConfig, preset: str, external: ExternalSimulators | None = None
+) -> AsyncIterator[SimulatorPool]:
     """`cfg.servers` sim-server processes under `preset`, with slots for the largest clip count, as one pool.
 
     The servers are stopped on exit, whatever happened. They and the pool share a token of their own.
+    With `external`, the pool is those servers (the environment's token), and nothing is started or stopped.
     """
     workload = Workload(cfg.env, (), cfg.holdout_every)
     slots = math.ceil(max(cfg.clips) / cfg.servers)
-    with (
-        temporary_job_token() as token,
-        simulator_servers(workload, cfg.servers, slots, ("--cost-preset", preset), token.env) as servers,
-    ):
-        pool = SimulatorPool(credentials=token.credentials)
+    with job_simulators(workload, cfg.servers, slots, ("--cost-preset", preset), external=external) as servers:
+        pool = SimulatorPool(credentials=servers.credentials)
         try:
-            for server in servers:
-                await pool.add(server.address)
+            for address in servers.addresses:
+                await pool.add(address)
+            if pool.num_slots < max(cfg.clips):
+                raise ValueError(
+                    f"--clips {max(cfg.clips)} needs {max(cfg.clips)} slots; the simulators have {pool.num_slots}: "
+                    f"give clip counts up to {pool.num_slots}"
+                )
             yield pool
         finally:
             await pool.close()

@@ -12,6 +12,9 @@ emulated costs (jobs/bench/episode_length.py): a short timed window right after 
 only sees the episodes short enough to end inside it. All configurations are measured in one run, interleaved repeat
 by repeat in a shuffled order, so that the machine's drift hits them alike; medians over
 repeats are reported. `sc` is one slot whatever N and is the reference for speedups.
+
+With `simulators` (servers that run already, jobs/external.py) every measurement runs on those,
+under their own costs (the rows' preset is "external"), and nothing is started or stopped.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import numpy as np
 
 from jobs.bench.episode_length import measure_lengths
 from jobs.bench.harness import SamplingBenchConfig, fixed_policies, measure_mode, runner_for, simulator_pool
+from jobs.external import ExternalSimulators, check_simulators
 
 GYM_REFERENCE = "gym-async"  # Gymnasium AsyncVectorEnv with per-env autoreset (jobs/bench/gym_reference.py)
 # The figures a table row carries, from IterationStats.summary().
@@ -53,9 +57,11 @@ class Measurement:
     summary: dict = field(default_factory=dict)
 
 
-async def _run_preset(cfg: SamplingBenchConfig, preset: str, log) -> list[Measurement]:
+async def _run_preset(
+    cfg: SamplingBenchConfig, preset: str, log, external: ExternalSimulators | None = None
+) -> list[Measurement]:
     measurements: list[Measurement] = []
-    async with simulator_pool(cfg, preset) as pool:
+    async with simulator_pool(cfg, preset, external) as pool:
         policies = fixed_policies(cfg, pool)
         plan = [
             (policy, mode, n)
@@ -127,17 +133,21 @@ def aggregate(measurements: list[Measurement]) -> list[dict]:
 
 
 def run(cfg: SamplingBenchConfig, out_dir: Path, log=print) -> dict:
+    external = check_simulators(cfg.simulators) if cfg.simulators else None  # before anything is measured
+    if external is not None:
+        log(f"on {external.describe()}")
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
     measurements: list[Measurement] = []
     for preset in cfg.presets:
-        measurements += asyncio.run(_run_preset(cfg, preset, log))
+        measurements += asyncio.run(_run_preset(cfg, preset, log, external))
     rows = aggregate(measurements)
     lengths = []
     if cfg.length_samples > 0:
-        lengths = asyncio.run(measure_lengths(cfg, log))
+        lengths = asyncio.run(measure_lengths(cfg, log, external))
     result = {
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.__dict__.items()},
+        **({"simulators": external.record()} if external is not None else {}),
         "started": started,
         "wall_clock_s": time.time() - started,
         "rows": rows,

@@ -23,12 +23,22 @@ def _fmt(value, digits: int) -> str:
 
 def write_table(result: dict, path: Path) -> None:
     cfg = result["config"]
+    external = result.get("simulators")
+    servers = external.get("servers", []) if external else []
+    env_id = servers[0]["env_id"] if servers else "?"
+    where = (
+        f"External simulators {', '.join(external.get('specs', []))} (env `{env_id}`, "
+        f"{len(servers)} server(s), {sum(s['num_slots'] for s in servers)} slots), measured under their own costs "
+        "(preset `external`: nothing emulated, nothing started or stopped by the benchmark), "
+        if external
+        else f"Workload `{cfg.get('env', 'takeover')}`, simulator costs emulated by the cost model on top of the "
+        f"workload's own (presets: {', '.join(cfg['presets'])}; `off` means only the simulator's real costs; "
+        f"docs/cost_model.md), {cfg['servers']} simulator server processes, "
+    )
     lines = [
         "# Sampling benchmark",
         "",
-        f"Workload `{cfg.get('env', 'takeover')}`, simulator costs emulated by the cost model on top of the "
-        f"workload's own (presets: {', '.join(cfg['presets'])}; `off` means only the simulator's real costs; "
-        f"docs/cost_model.md), {cfg['servers']} simulator server processes, {cfg['samples']} valid transitions per "
+        f"{where}{cfg['samples']} valid transitions per "
         f"measured iteration after a warm-up, medians of {cfg['repeats']} interleaved repeats, "
         f"FAST alpha={cfg['alpha']} t_max={cfg['t_max']}. "
         "`sc` steps one slot and is the reference for speedups. `gym-async` is Gymnasium's "
@@ -76,7 +86,9 @@ def _length_section(result: dict) -> list[str]:
         "The timed window above starts right after every slot began its first episode together and is short, so "
         "only short episodes end inside it: its lengths are biased short for every multi-slot mode. Here each "
         f"configuration first runs {cfg['length_warmup_steps']} steps per slot, then counts every episode ending in "
-        f"the next {cfg['length_samples']} valid transitions (no emulated costs: lengths do not depend on them; "
+        f"the next {cfg['length_samples']} valid transitions ("
+        + ("on the external simulators, " if result.get("simulators") else "no emulated costs: ")
+        + "lengths do not depend on costs; "
         "jobs/bench/episode_length.py). Episodes cut by a global truncation (sgr, fast) count with the length "
         "they reached.",
         "",

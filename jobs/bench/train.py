@@ -13,6 +13,10 @@ checkpoints but the newest are deleted, so a run directory stays a `fast compare
 
 The training-episode return (smoothed over `smooth` iterations) is kept in train.json beside
 it, but is not compared across modes: global truncation cuts the long episodes of FAST and SGR.
+
+With `simulators` (servers that run already, jobs/external.py) every run trains on them
+(`fast train --simulators`) and the checkpoints are evaluated on them too, between runs; nothing
+is started or stopped there, and every call carries the environment's token.
 """
 
 from __future__ import annotations
@@ -29,20 +33,24 @@ from pathlib import Path
 import numpy as np
 
 from broker.dealer import HOLDOUT_EVERY
+from fast.rpc import Credentials
 from jobs.bench.harness import MODES
 from jobs.bench.learning_curve import evaluate_checkpoints, time_to_target
-from jobs.simulators import Workload, simulator_servers
-from jobs.tokens import JobToken, temporary_job_token
+from jobs.external import check_simulators, inapplicable, parse_simulators
+from jobs.simulators import Workload, job_simulators
 from learner.checkpoint import prune_checkpoints
+
+# The simulators of every run when no `simulators` are given (None in the config means these).
+DEFAULTS = {"clips": 10, "servers": 2, "preset": "calibrated"}
 
 
 @dataclass(frozen=True)
 class TrainBenchConfig:
     modes: tuple[str, ...] = ("sc", "sgr", "ver", "fast")
-    clips: int = 10
+    clips: int | None = None  # 10; with `simulators`, their slots instead (None)
     seeds: int = 3
-    servers: int = 2
-    preset: str = "calibrated"
+    servers: int | None = None  # 2
+    preset: str | None = None  # "calibrated"
     iterations: int = 150
     samples_per_iteration: int = 2048
     update_epochs: int = 10
@@ -53,8 +61,19 @@ class TrainBenchConfig:
     smooth: int = 5  # iterations, for the training-return curve only
     eval_episodes_per_clip: int = 2
     eval_seed: int = 1234  # the held-out episodes' seeds, one set for every run
+    # Simulator servers that run already, trained and evaluated on (clips, servers, preset do not apply).
+    simulators: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "simulators", parse_simulators(self.simulators))
+        if self.simulators:
+            given = [f"--{name}" for name in DEFAULTS if getattr(self, name) is not None]
+            if given:
+                raise ValueError(inapplicable(given))
+        else:
+            for name, default in DEFAULTS.items():
+                if getattr(self, name) is None:
+                    object.__setattr__(self, name, default)
         unknown = [m for m in self.modes if m not in MODES]
         if unknown:
             raise ValueError(f"modes {unknown} are unknown; use some of {', '.join(MODES)}")
@@ -66,7 +85,7 @@ class TrainBenchConfig:
             "checkpoint_every": self.checkpoint_every,
             "eval_episodes_per_clip": self.eval_episodes_per_clip,
         }
-        low = [f"{name}={value}" for name, value in counts.items() if value < 1]
+        low = [f"{name}={value}" for name, value in counts.items() if value is not None and value < 1]
         if low:
             raise ValueError(f"{', '.join(low)}: each must be >= 1")
 
@@ -90,16 +109,26 @@ def training_curve(metrics_path: Path, smooth: int) -> tuple[np.ndarray, np.ndar
 
 
 def run(cfg: TrainBenchConfig, out_dir: Path, log=print) -> dict:
+    external = check_simulators(cfg.simulators) if cfg.simulators else None  # before any run starts
+    if external is not None:
+        log(f"on {external.describe()}")
     out_dir.mkdir(parents=True, exist_ok=True)
     runs_dir = out_dir / "runs"
     started = time.time()
     records = []
-    slots = math.ceil(cfg.clips / cfg.servers)
+    slots = math.ceil(cfg.clips / cfg.servers) if external is None else 0
+    note = ""
+    if external is not None:
+        from jobs.train.evaluation import holdout_note
+
+        note = holdout_note(external.num_clips, HOLDOUT_EVERY)
+        if note:
+            log(f"note: no held-out learning curve: {note}")
     # The held-out evaluations' own simulators: the training workload, no emulated cost (what is
     # measured there is the policy, not the clock). Idle while a training run goes. A token of their
-    # own; every `fast train` makes one per run.
+    # own; every `fast train` makes one per run. External simulators evaluate too, between runs.
     workload = Workload("takeover", (), HOLDOUT_EVERY)
-    with temporary_job_token() as token, simulator_servers(workload, cfg.servers, slots, env=token.env) as evaluators:
+    with job_simulators(workload, cfg.servers or 0, slots, external=external) as evaluators:
         for seed in range(cfg.seeds):
             for mode in cfg.modes:
                 records.append(
@@ -109,14 +138,21 @@ def run(cfg: TrainBenchConfig, out_dir: Path, log=print) -> dict:
                         seed,
                         runs_dir,
                         slots,
-                        [s.address for s in evaluators],
-                        token,
+                        evaluators.addresses,
+                        evaluators.credentials,
                         log,
                         f"{len(records) + 1}/{cfg.seeds * len(cfg.modes)}",
+                        note,
                     )
                 )
     summary = summarize(records, cfg)
-    result = {"config": cfg.__dict__, "wall_clock_s": time.time() - started, "summary": summary, "runs": records}
+    result = {
+        "config": cfg.__dict__,
+        **({"simulators": external.record(), "evaluation_note": note} if external is not None else {}),
+        "wall_clock_s": time.time() - started,
+        "summary": summary,
+        "runs": records,
+    }
     (out_dir / "train.json").write_text(json.dumps(result, indent=1))
     write_report(result, out_dir)
     return result
@@ -157,12 +193,18 @@ def _train_and_evaluate(
     runs_dir: Path,
     slots: int,
     evaluators: list[str],
-    token: JobToken,
+    credentials: Credentials,
     log,
     progress: str,
+    note: str = "",
 ) -> dict:
     name = f"{mode}-s{seed}"
     run_dir = runs_dir / name
+    simulators = (
+        ["--simulators", ",".join(cfg.simulators)]
+        if cfg.simulators
+        else ["--servers", str(cfg.servers), "--slots", str(slots), "--cost-preset", cfg.preset]
+    )
     cmd = [
         sys.executable,
         "-m",
@@ -172,12 +214,7 @@ def _train_and_evaluate(
         mode,
         "--seed",
         str(seed),
-        "--servers",
-        str(cfg.servers),
-        "--slots",
-        str(slots),
-        "--cost-preset",
-        cfg.preset,
+        *simulators,
         "--iterations",
         str(cfg.iterations),
         "--samples-per-iteration",
@@ -201,14 +238,18 @@ def _train_and_evaluate(
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise RuntimeError(f"fast train {name} exited {done.returncode}: {done.stdout[-2000:]}")
-    points = asyncio.run(
-        evaluate_checkpoints(
-            evaluators,
-            run_dir,
-            holdout_every=HOLDOUT_EVERY,
-            episodes_per_clip=cfg.eval_episodes_per_clip,
-            seed=cfg.eval_seed,
-            credentials=token.credentials,
+    points = (
+        []
+        if note  # no held-out clip: no curve
+        else asyncio.run(
+            evaluate_checkpoints(
+                evaluators,
+                run_dir,
+                holdout_every=HOLDOUT_EVERY,
+                episodes_per_clip=cfg.eval_episodes_per_clip,
+                seed=cfg.eval_seed,
+                credentials=credentials,
+            )
         )
     )
     prune_checkpoints(run_dir / "checkpoints", keep=1)
@@ -227,10 +268,12 @@ def _train_and_evaluate(
         "eval_curve": points,
         "training_curve": {"t": t.tolist(), "return": smoothed.tolist()},
     }
-    log(
-        f"  {name}: {wall:.0f} s, held-out return {record['initial_return']:.1f} -> {record['final_return']:.1f}, "
-        f"time to {cfg.target_return:g}: {record['time_to_target_s']}"
+    curve = (
+        f"held-out return {record['initial_return']:.1f} -> {record['final_return']:.1f}"
+        if points
+        else "no held-out curve"
     )
+    log(f"  {name}: {wall:.0f} s, {curve}, time to {cfg.target_return:g}: {record['time_to_target_s']}")
     return record
 
 
@@ -311,6 +354,23 @@ def write_report(result: dict, out_dir: Path) -> None:
     import matplotlib.pyplot as plt
 
     cfg = result["config"]
+    external = result.get("simulators")
+    if external:
+        servers = external.get("servers", [])
+        slots = sum(s["num_slots"] for s in servers)
+        where = (
+            f"external simulators {', '.join(external.get('specs', []))} ({len(servers)} server(s), {slots} slots, "
+            "their own costs; not started or stopped by the benchmark)"
+        )
+        title = f"external simulators, {slots} slots"
+    else:
+        costs = (
+            "no emulated simulator cost: the workload's own compute and the gRPC transport"
+            if cfg["preset"] == "off"
+            else "simulator costs **emulated**, docs/cost_model.md"
+        )
+        where = f"{cfg['clips']} clips over {cfg['servers']} servers, cost preset `{cfg['preset']}` ({costs})"
+        title = f"{cfg['clips']} clips, cost preset {cfg['preset']}"
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     for i, mode in enumerate(cfg["modes"]):
         records = [r for r in result["runs"] if r["mode"] == mode]
@@ -333,10 +393,7 @@ def write_report(result: dict, out_dir: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(f"held-out return ({cfg['eval_episodes_per_clip']} episodes per held-out clip)")
     axes[0].legend(fontsize=8)
-    fig.suptitle(
-        f"{cfg['clips']} clips, cost preset {cfg['preset']}, {cfg['seeds']} seeds: "
-        "thin lines are seeds, thick their mean"
-    )
+    fig.suptitle(f"{title}, {cfg['seeds']} seeds: thin lines are seeds, thick their mean")
     fig.tight_layout()
     fig.savefig(out_dir / "train_curves.png", dpi=90)
     plt.close(fig)
@@ -346,16 +403,10 @@ def write_report(result: dict, out_dir: Path) -> None:
             "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{value:,.{digits}f}"
         )
 
-    costs = (
-        "no emulated simulator cost: the workload's own compute and the gRPC transport"
-        if cfg["preset"] == "off"
-        else "simulator costs **emulated**, docs/cost_model.md"
-    )
     lines = [
         "# Training benchmark",
         "",
-        f"`fast train` per mode and seed: {cfg['clips']} clips over {cfg['servers']} servers, cost preset "
-        f"`{cfg['preset']}` ({costs}), {cfg['iterations']} iterations of "
+        f"`fast train` per mode and seed: {where}, {cfg['iterations']} iterations of "
         f"{cfg['samples_per_iteration']} valid transitions, {cfg['update_epochs']} PPO epochs, "
         f"seeds 0-{cfg['seeds'] - 1}. "
         f"Every {cfg['checkpoint_every']}th policy version played deterministically on the same held-out episodes "
@@ -363,6 +414,7 @@ def write_report(result: dict, out_dir: Path) -> None:
         "after the run, off its clock. "
         f"Target: held-out return {cfg['target_return']:g}. Whole benchmark {result['wall_clock_s'] / 60:.1f} min.",
         "",
+        *([f"**No held-out learning curve**: {note}.", ""] if (note := result.get("evaluation_note")) else []),
         "| mode | runs | reached target | time to target (median s) | speedup to target vs SC "
         "| transitions to target (median) | training s (median) | training speedup vs SC "
         "| held-out return: initial -> final (median) | final collided | final off-road |",

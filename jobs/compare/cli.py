@@ -43,8 +43,17 @@ def compare_command(
     run_b: Annotated[str, typer.Argument(metavar="RUN_B", help="Group B, as RUN_A (e.g. 'runs/sc-*').")],
     episodes_per_clip: Annotated[int, typer.Option(min=1, help="Episodes per held-out clip and policy.")] = 3,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the evaluation episodes (the same for every policy).")] = 0,
-    servers: Annotated[int, typer.Option(min=1, help="Simulator server processes to start.")] = 2,
-    slots: Annotated[int, typer.Option(min=1, help="Slots per simulator server.")] = 8,
+    servers: Annotated[
+        Optional[int], typer.Option(min=1, help="Simulator server processes to start. \\[default: 2]")
+    ] = None,
+    slots: Annotated[Optional[int], typer.Option(min=1, help="Slots per simulator server. \\[default: 8]")] = None,
+    simulators: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Evaluate on simulator servers that run already: HOST:PORT[,HOST:PORT...] or dns:///NAME:PORT "
+            "(none started or stopped; the environment's run token; --servers/--slots then do not apply)."
+        ),
+    ] = None,
     out: Annotated[Optional[Path], typer.Option(help="Output directory. \\[default: runs/compare-<timestamp>]")] = None,
 ) -> None:
     """Evaluate the final policies of two groups of runs on the same held-out clips; per closed-loop metric,
@@ -61,7 +70,13 @@ def compare_command(
         if run_a == run_b:  # one label per group, even when a group is compared with itself
             groups = {f"A: {run_a}": groups[run_a], f"B: {run_b}": groups[run_b]}
         result = compare(
-            groups, episodes_per_clip=episodes_per_clip, seed=seed, servers=servers, slots=slots, out_dir=out_dir
+            groups,
+            episodes_per_clip=episodes_per_clip,
+            seed=seed,
+            servers=servers,
+            slots=slots,
+            out_dir=out_dir,
+            simulators=simulators,
         )
     except (CompareError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -4,7 +4,9 @@ the difference of means with its jackknife 95% CI (jobs/compare/jackknife.py, do
 Order of life:
 1. read every run directory (config.yaml, newest checkpoint) and refuse, naming the run, what
    does not fit: a missing file, another environment or catalog, other spaces;
-2. start `servers` simulator servers with the runs' workload (stopped in a finally);
+2. start `servers` simulator servers with the runs' workload (stopped in a finally), or, with
+   `simulators`, use servers that run already (jobs/external.py: the environment's token; their
+   description must fit the runs' workload; never stopped);
 3. play every final policy, deterministically, on the same (held-out clip, seed) episodes;
 4. per metric, per clip: group A's mean over its runs and seeds minus group B's; the jackknife
    over clips gives the CI;
@@ -31,8 +33,8 @@ from broker.pool import SimulatorPool
 from fast.rpc import Credentials
 from fast.spaces import SpaceSpec, describe_space, spaces_equal
 from jobs.compare.jackknife import LEVEL, PairedDifference, paired_difference, t_quantile
-from jobs.simulators import Workload, simulator_servers
-from jobs.tokens import temporary_job_token
+from jobs.external import ExternalSimulators, check_simulators, inapplicable
+from jobs.simulators import Workload, job_simulators
 from learner.checkpoint import Checkpoint, CheckpointError, load_latest, policy_weights
 
 FORMAT = "jobs.compare/1"
@@ -43,6 +45,8 @@ _HEADLINE = ("return", "length", "terminated", "collided", "off_road")
 # Flags of `fast sim-server` that change what a clip is, and the variables that set them.
 _CATALOG_FLAGS = ("--seed", "--num-clips", "--env-kwarg")
 _CATALOG_VARIABLES = {"FAST_SIM_SEED": "--seed", "FAST_SIM_NUM_CLIPS": "--num-clips"}
+# The simulator servers compare starts when it is given no --simulators.
+DEFAULT_SERVERS, DEFAULT_SLOTS = 2, 8
 
 
 class CompareError(ValueError):
@@ -79,7 +83,8 @@ def inspect_run(path: Path, group: str) -> RunInfo:
     except (OSError, yaml.YAMLError) as exc:
         raise CompareError(f"{where}: {config_file} is unreadable ({exc})") from None
     train = document.get("train") if isinstance(document, dict) else None
-    if not isinstance(train, dict) or not isinstance(train.get("env"), str):
+    external = document.get("simulators") if isinstance(document, dict) else None
+    if not isinstance(train, dict) or not (isinstance(train.get("env"), str) or isinstance(external, dict)):
         raise CompareError(f"{where}: {config_file} lacks train.env; it is not a `fast train` config.yaml")
     try:
         checkpoint = load_latest(path / "checkpoints")
@@ -93,7 +98,11 @@ def inspect_run(path: Path, group: str) -> RunInfo:
     holdout_every = document.get("holdout_every", HOLDOUT_EVERY)
     if isinstance(holdout_every, bool) or not isinstance(holdout_every, int) or holdout_every < 1:
         raise CompareError(f"{where}: {config_file} has holdout_every {holdout_every!r}; expected an integer >= 1")
-    workload = Workload(train["env"], _catalog_args(document.get("processes")), holdout_every)
+    workload = (
+        _external_workload(external, holdout_every, where)
+        if isinstance(external, dict)
+        else Workload(train["env"], _catalog_args(document.get("processes")), holdout_every)
+    )
     seed = train.get("seed")
     seed = seed if isinstance(seed, int) else None
     try:
@@ -101,6 +110,19 @@ def inspect_run(path: Path, group: str) -> RunInfo:
     except CheckpointError as exc:
         raise CompareError(f"{where}: {exc}") from None
     return RunInfo(group, path, workload, str(train.get("mode", "?")), seed, checkpoint, weights)
+
+
+def _external_workload(record: dict, holdout_every: int, where: str) -> Workload:
+    """The workload of a run on external simulators: what their Describe said (config.yaml `simulators`)."""
+    servers = record.get("servers")
+    first = servers[0] if isinstance(servers, list) and servers and isinstance(servers[0], dict) else {}
+    env_id, clips = first.get("env_id"), first.get("num_clips")
+    if not isinstance(env_id, str) or isinstance(clips, bool) or not isinstance(clips, int):
+        raise CompareError(
+            f"{where}: config.yaml lists external simulators without their env_id and num_clips; "
+            "it is not a `fast train --simulators` config.yaml"
+        )
+    return Workload(env_id, (), holdout_every, external_clips=clips)
 
 
 def _catalog_args(processes: object) -> tuple[str, ...]:
@@ -292,18 +314,30 @@ def compare(
     *,
     episodes_per_clip: int,
     seed: int,
-    servers: int,
-    slots: int,
+    servers: int | None = None,
+    slots: int | None = None,
     out_dir: Path,
+    simulators: str | list[str] | None = None,
 ) -> dict:
     """Evaluate both groups' final policies on the same held-out episodes; write and return the comparison.
 
     `groups`: exactly two, {label: run directories}; the first is A, the second B (A - B).
+    `servers` x `slots`: the simulator servers it starts (default 2 x 8); `simulators`: servers that run
+    already, used instead (jobs/external.py), with which `servers` and `slots` do not apply.
     Writes out_dir/compare.json (the returned dict) and out_dir/compare.md. Raises
-    CompareError for input that cannot be compared (before any server starts), RuntimeError
-    when a simulator fails.
+    CompareError for input that cannot be compared (before any server starts), ExternalSimulatorError
+    (a ValueError) for external simulators that refuse or do not answer, RuntimeError when a simulator fails.
     """
+    if simulators:
+        given = [flag for flag, value in (("--servers", servers), ("--slots", slots)) if value is not None]
+        if given:
+            raise CompareError(inapplicable(given))
+    else:
+        servers = DEFAULT_SERVERS if servers is None else servers
+        slots = DEFAULT_SLOTS if slots is None else slots
     for name, value in (("episodes_per_clip", episodes_per_clip), ("servers", servers), ("slots", slots)):
+        if value is None and simulators:
+            continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise CompareError(f"{name} must be an integer >= 1, got {value!r}")
     out_dir = Path(out_dir)
@@ -312,18 +346,24 @@ def compare(
     runs = check_runs(groups)
     (label_a, runs_a), (label_b, runs_b) = runs.items()
     workload = runs_a[0].workload
+    external = _external_simulators(simulators, workload, runs_a[0]) if simulators else None
+    if external is None and workload.external:
+        raise CompareError(
+            f"run {runs_a[0].path} was trained on {workload.describe()}; fast compare cannot start such servers: "
+            "pass --simulators with servers of that workload"
+        )
     started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)  # an unwritable --out fails now, not after the evaluation
 
-    # Servers of its own, with a token of its own.
-    with temporary_job_token() as token, simulator_servers(workload, servers, slots, env=token.env) as simulators:
+    # Servers of its own, with a token of its own; or the external ones, as they are.
+    with job_simulators(workload, servers or 0, slots or 0, external=external) as sims:
         clips, num_clips, episodes = asyncio.run(
             evaluate_policies(
-                [s.address for s in simulators],
+                sims.addresses,
                 runs_a + runs_b,
                 episodes_per_clip=episodes_per_clip,
                 seed=seed,
-                credentials=token.credentials,
+                credentials=sims.credentials,
             )
         )
 
@@ -352,8 +392,9 @@ def compare(
             "episode_seeds": episode_seeds.tolist(),  # aligned with episode_clips
             "episode_clips": clip_ids.tolist(),
             "actions": "deterministic (the policy's mean action)",
-            "servers": servers,
-            "slots": slots,
+            "servers": len(external.servers) if external is not None else servers,
+            "slots": external.num_slots if external is not None else slots,
+            **({"simulators": external.record()} if external is not None else {}),
             "eval_time_s": time.perf_counter() - started,
         },
         "metrics": metrics,
@@ -363,6 +404,18 @@ def compare(
     (out_dir / "compare.json").write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
     (out_dir / "compare.md").write_text(render_markdown(result))
     return result
+
+
+def _external_simulators(simulators: str | list[str], workload: Workload, first: RunInfo) -> ExternalSimulators:
+    """The external simulators, checked against the runs' workload as far as their Describe tells."""
+    external = check_simulators(simulators)
+    problem = workload.mismatch(external.env_id, external.num_clips)
+    if problem:
+        raise CompareError(
+            f"the simulators of --simulators ({', '.join(external.specs)}) do not serve the runs' workload: "
+            f"{problem} (run {first.path} was trained on {workload.describe()})"
+        )
+    return external
 
 
 def _run_entry(run: RunInfo, episodes: dict[Path, list[dict]]) -> dict:
@@ -426,7 +479,12 @@ def render_markdown(result: dict) -> str:
         f"{ev['holdout_every'] - 1}): {n} clips {ev['clips']}",
         f"- {ev['episodes_per_clip']} episode(s) per clip, episode seeds from seed {ev['seed']}; every policy plays "
         f"the same {len(ev['episode_clips'])} (clip, seed) episodes to their end, {ev['actions']}",
-        f"- {ev['servers']} simulator server(s) x {ev['slots']} slots; {ev['eval_time_s']:.1f} s",
+        (
+            f"- external simulators {', '.join(ev['simulators']['specs'])} ({ev['servers']} server(s), "
+            f"{ev['slots']} slots, not started or stopped by compare); {ev['eval_time_s']:.1f} s"
+            if "simulators" in ev
+            else f"- {ev['servers']} simulator server(s) x {ev['slots']} slots; {ev['eval_time_s']:.1f} s"
+        ),
         "",
     ]
     return "\n".join(lines)

@@ -14,10 +14,13 @@ from pathlib import Path
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from broker.samplers import ModeName
+from jobs.external import env_is_an_address, inapplicable, parse_simulators
 from sim_server.cost_model import CostPreset
 from sim_server.environments import EnvSpec
 
 ENV_PREFIX = "FAST_TRAIN_"
+# Settings that shape the simulator servers fast train starts: given with `simulators`, they are refused.
+SIMULATOR_SETTINGS = {"env": "--env", "servers": "--servers", "slots": "--slots", "cost_preset": "--cost-preset"}
 # A run's name becomes a directory under runs_dir: one path component, no surprises in a shell.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -36,7 +39,9 @@ class TrainConfig(BaseModel):
     iterations: int = Field(350, ge=1)
     seed: int = Field(0, ge=0)  # clip dealing, action sampling, initial weights, evaluation seeds
 
-    # Simulators: `servers` processes of `slots` slots each, all with the same workload.
+    # Simulators: `servers` processes of `slots` slots each, all with the same workload; or, with
+    # `simulators`, servers started elsewhere (the four settings below then do not apply).
+    simulators: list[str] = Field(default_factory=list)  # HOST:PORT[,HOST:PORT...] or dns:///NAME:PORT
     env: EnvSpec = "takeover"  # "takeover" or "gym:<Gymnasium id>"
     servers: int = Field(2, ge=1, le=64)
     slots: int = Field(5, ge=1, le=4096)  # per server
@@ -62,6 +67,19 @@ class TrainConfig(BaseModel):
     startup_timeout_s: float = Field(120.0, gt=0.0)  # each service must print its listening line by then
     stop_timeout_s: float = Field(40.0, gt=0.0)  # SIGTERM, then SIGKILL after this long (per process)
 
+    @field_validator("simulators", mode="before")
+    @classmethod
+    def _addresses(cls, value):
+        return list(parse_simulators(value))
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_is_no_address(cls, value):
+        problem = env_is_an_address(value, f"{ENV_PREFIX}SIMULATORS")
+        if problem:
+            raise ValueError(problem)
+        return value
+
     @field_validator("name")
     @classmethod
     def _safe_name(cls, value: str) -> str:
@@ -70,6 +88,18 @@ class TrainConfig(BaseModel):
                 "use letters, digits, '.', '_' or '-' (starting with a letter or digit), e.g. fast-alpha05"
             )
         return value
+
+    @model_validator(mode="after")
+    def _simulator_settings(self) -> "TrainConfig":
+        given = [name for name in SIMULATOR_SETTINGS if name in self.model_fields_set]
+        if self.simulators and given:
+            raise ValueError(
+                inapplicable(
+                    f"{SIMULATOR_SETTINGS[name]} ({ENV_PREFIX}{name.upper()}, or {name}: in a --config file)"
+                    for name in given
+                )
+            )
+        return self
 
     @model_validator(mode="after")
     def _default_name(self) -> "TrainConfig":

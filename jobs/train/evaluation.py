@@ -38,6 +38,17 @@ class FinalPolicy:
     source: str  # "learner" or the checkpoint's path
 
 
+def holdout_note(num_clips: int, holdout_every: int) -> str:
+    """ "" when a catalog of `num_clips` clips has held-out clips to evaluate on; else why there are none."""
+    if holdout_clips(num_clips, holdout_every).size:
+        return ""
+    return (
+        f"the simulators have {num_clips} clip(s), and the held-out split (clip c with c % {holdout_every} == "
+        f"{holdout_every - 1}) needs at least {holdout_every}: no clip is held out, every clip was used for "
+        "training, so there is nothing to evaluate on"
+    )
+
+
 async def capture_initial_policy(
     simulator_address: str, learner_address: str, credentials: Credentials | None = None
 ) -> FinalPolicy:

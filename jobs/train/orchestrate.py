@@ -1,7 +1,9 @@
 """`fast train`: the whole local stack as processes on loopback, one training run, then a report.
 
 Order of life:
-1. start K simulator servers and the learner together, then the broker once they listen;
+0. with `simulators` (external servers, jobs/external.py): ask each its Describe with the
+   environment's token, before anything starts; a refusal or a silent server ends the job (exit 2);
+1. start K simulator servers (none with `simulators`) and the learner together, then the broker once they listen;
 2. watch the broker (GetRunStatus ~2 Hz for the progress bar; metrics.jsonl to TensorBoard)
    until it exits, or until SIGINT/SIGTERM/SIGHUP;
 3. stop the broker (it finishes its iteration), evaluate the final policy against a random one
@@ -27,8 +29,9 @@ from rich.console import Console
 from broker.dealer import HOLDOUT_EVERY
 from broker.wire import metrics_from_proto
 from jobs import processes
+from jobs.external import EXTERNAL_WAIT_S, ExternalSimulatorError, ExternalSimulators, check_simulators
 from jobs.tokens import JobToken, write_job_token
-from jobs.train.config import TrainConfig
+from jobs.train.config import SIMULATOR_SETTINGS, TrainConfig
 from jobs.train.monitor import BrokerStatus, MetricsTail, ProgressView, TensorBoardSink
 from jobs.train.report import ReportError, write_report
 
@@ -88,8 +91,11 @@ def prepare_run_dir(run_dir: Path) -> None:
 class TrainingRun:
     """The processes of one run and what is learnt about them; `train` drives it."""
 
-    def __init__(self, cfg: TrainConfig, console: Console, signals: _Signals) -> None:
+    def __init__(
+        self, cfg: TrainConfig, console: Console, signals: _Signals, external: ExternalSimulators | None = None
+    ) -> None:
         self.cfg = cfg
+        self.external = external  # simulators started elsewhere: used, never started or stopped here
         self.console = console
         self.signals = signals
         self.run_dir = cfg.run_dir.resolve()
@@ -100,7 +106,9 @@ class TrainingRun:
         self.gateway: processes.Launch | None = None
         self.initial_policy = None  # version 0's weights, for the evaluation
         self.addresses: dict[str, str] = {}
-        self.token: JobToken | None = None  # the run's own token (runs/<name>/token), made by start()
+        # The run's own token (runs/<name>/token), made by start(); with external simulators the environment's.
+        self.token: JobToken | None = external.token if external is not None else None
+        self.evaluation_note = ""  # why the evaluation cannot run (too few clips to hold any out)
         self.iterations_done = 0
         self.broker_error = ""  # the broker's own account (GetRunStatus.error)
         self.failure = ""  # what else ended the run (a service that died)
@@ -112,9 +120,10 @@ class TrainingRun:
         cfg = self.cfg
         deadline = time.monotonic() + cfg.startup_timeout_s
         stopping = lambda: bool(self.signals.received)  # noqa: E731
-        # A fresh token per run, in a file only its user can read; the services get its path.
-        self.token = write_job_token(self.run_dir / "token")
-        for i in range(cfg.servers):
+        if self.external is None:
+            # A fresh token per run, in a file only its user can read; the services get its path.
+            self.token = write_job_token(self.run_dir / "token")
+        for i in range(0 if self.external is not None else cfg.servers):
             self.sims.append(
                 _launch(
                     f"sim-server-{i}",
@@ -168,20 +177,25 @@ class TrainingRun:
         self._tb = TensorBoardSink(self.run_dir / "tb")
         for child in [*self.sims, self.learner]:
             self.addresses[child.name] = processes.wait_listening(child, deadline, stopping).address
-        if cfg.eval_episodes_per_clip > 0:
+        if self.external is not None:
+            from jobs.train.evaluation import holdout_note
+
+            self.evaluation_note = holdout_note(self.external.num_clips, HOLDOUT_EVERY)
+            if self.evaluation_note and cfg.eval_episodes_per_clip > 0:
+                self.console.print(f"note: {self.evaluation_note}", highlight=False)
+        if cfg.eval_episodes_per_clip > 0 and not self.evaluation_note:
             from jobs.train.evaluation import capture_initial_policy
 
             self.initial_policy = asyncio.run(
-                capture_initial_policy(
-                    self.addresses[self.sims[0].name], self.addresses["learner"], self.token.credentials
-                )
+                capture_initial_policy(self.simulator_addresses()[0], self.addresses["learner"], self.token.credentials)
             )
         self.broker = _launch(
             "broker",
             [
                 "broker",
                 "--simulators",
-                ",".join(self.addresses[s.name] for s in self.sims),
+                # External ones as given: the broker resolves dns:/// itself, again when it re-admits a server.
+                ",".join(self.cfg.simulators) if self.external is not None else ",".join(self.simulator_addresses()),
                 "--learner",
                 self.addresses["learner"],
                 "--mode",
@@ -211,6 +225,12 @@ class TrainingRun:
             self.start_gateway(deadline, stopping)
         self.write_config()
 
+    def simulator_addresses(self) -> list[str]:
+        """HOST:PORT of every simulator server of the run: the external ones, or those it started."""
+        if self.external is not None:
+            return self.external.addresses
+        return [self.addresses[s.name] for s in self.sims if s.name in self.addresses]
+
     def start_gateway(self, deadline: float, stopping) -> None:
         """The REST gateway beside the run; its URL is printed once, with the token in its fragment
         (never sent to the server) so that the dashboard's buttons work from that link."""
@@ -231,6 +251,14 @@ class TrainingRun:
         )
         url = processes.wait_listening(self.gateway, deadline, stopping).address
         self.addresses["gateway"] = url
+        if self.token.inherited:  # the user's own token: never printed; they know where it is
+            self.console.print(
+                f"gateway: {url}  (the dashboard's buttons and REST calls that steer the run need the token of "
+                f"{self.token.source}: open {url}/#token=<token>)",
+                highlight=False,
+                soft_wrap=True,
+            )
+            return
         self.console.print(
             f"gateway: {url}  (dashboard: {url}/#token={self.token.credentials.token} ; "
             f"REST calls that steer the run need 'Authorization: Bearer $(cat {self.token.path})')",
@@ -245,10 +273,12 @@ class TrainingRun:
     def write_config(self) -> None:
         """config.yaml: the resolved settings, and each process's pid, address and exact command."""
         document = {
-            "train": self.cfg.model_dump(mode="json"),
+            # With external simulators, the settings of simulators it would start are left out: none applies.
+            "train": self.cfg.model_dump(mode="json", exclude=set(SIMULATOR_SETTINGS) if self.external else None),
             "run_dir": str(self.run_dir),
             "started_at": self.started_at.isoformat(timespec="seconds"),
             "holdout_every": HOLDOUT_EVERY,
+            **({"simulators": self.external.record()} if self.external is not None else {}),
             "processes": {
                 c.name: {"pid": c.process.pid, "address": self.addresses.get(c.name), "command": c.shell_line()}
                 for c in reversed(self.children())
@@ -328,12 +358,21 @@ class TrainingRun:
         from jobs.train.evaluation import evaluate_run  # torch: only imported when a run gets this far
 
         cfg = self.cfg
+        if self.evaluation_note:
+            self.console.print(f"evaluation skipped: {self.evaluation_note}", highlight=False)
+            result = {"skipped": self.evaluation_note, "holdout_every": HOLDOUT_EVERY}
+            (self.run_dir / "eval.json").write_text(json.dumps(result, indent=1))
+            return result
         self.console.print(
             f"evaluating the final policy and a random one on the held-out clips "
             f"({cfg.eval_episodes_per_clip} episode(s) per clip; Ctrl-C again to skip)",
             highlight=False,
         )
-        alive = [self.addresses[s.name] for s in self.sims if s.process.poll() is None]
+        alive = (
+            self.external.addresses
+            if self.external is not None
+            else [self.addresses[s.name] for s in self.sims if s.process.poll() is None]
+        )
         if not alive:
             raise RuntimeError("no simulator server is left to evaluate on")
         result = asyncio.run(
@@ -356,15 +395,24 @@ def train(cfg: TrainConfig, console: Console | None = None) -> int:
     """Run one training job; returns the exit code (0 done, 1 failed, 128+signal if stopped)."""
     console = console or Console(soft_wrap=True)  # log lines stay whole when not on a terminal
     prepare_run_dir(cfg.run_dir)
+    external = None
+    if cfg.simulators:  # asked before anything starts: a wrong address or token is a setting to fix (exit 2)
+        try:
+            external = check_simulators(cfg.simulators, wait_s=min(cfg.startup_timeout_s, EXTERNAL_WAIT_S))
+        except ExternalSimulatorError as exc:
+            raise TrainError(str(exc)) from None
     signals = _Signals()
     signals.install()
-    run = TrainingRun(cfg, console, signals)
+    run = TrainingRun(cfg, console, signals, external)
     clock = time.perf_counter()
     timings: dict[str, float] = {}
     outcome, error = "failed", ""
     try:
+        simulators = (
+            external.describe() if external is not None else f"{cfg.servers} simulator server(s) x {cfg.slots} slots"
+        )
         console.print(
-            f"fast train: {cfg.servers} simulator server(s) x {cfg.slots} slots, mode {cfg.mode}, "
+            f"fast train: {simulators}, mode {cfg.mode}, "
             f"{cfg.iterations} iterations of {cfg.samples_per_iteration} samples -> {run.run_dir}",
             highlight=False,
         )
@@ -387,7 +435,8 @@ def train(cfg: TrainConfig, console: Console | None = None) -> int:
             finally:
                 signals.escalate = False
             timings["evaluation_s"] = time.perf_counter() - began
-            _print_evaluation(console, result)
+            if "trained" in result:
+                _print_evaluation(console, result)
     except processes.StartupError as exc:
         outcome, error = ("interrupted" if signals.received else "failed"), str(exc)
     except KeyboardInterrupt:

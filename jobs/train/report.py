@@ -127,6 +127,10 @@ def write_report(run_dir: Path) -> Path:
     except (OSError, yaml.YAMLError):
         config = {}
     train = config.get("train", {}) if isinstance(config, dict) else {}
+    external = config.get("simulators") if isinstance(config, dict) else None
+    skipped = evaluation.get("skipped") if evaluation else None
+    if skipped:
+        evaluation = None
     first, last = metrics[0], metrics[-1]
     t = wall_clock(metrics)
 
@@ -134,6 +138,8 @@ def write_report(run_dir: Path) -> Path:
         ("mode", str(last.get("mode", train.get("mode", "?")))),
         ("wall-clock, training iterations", f"{t[-1]:.1f} s"),
     ]
+    if isinstance(external, dict):
+        rows.insert(1, ("simulators", _external(external)))
     if outcome:
         rows.append(
             (
@@ -164,6 +170,8 @@ def write_report(run_dir: Path) -> Path:
             ("eval off-road rate, trained vs initial vs random", _three(trained, initial, random, "off_road_rate")),
             ("eval episode length, trained vs initial vs random", _three(trained, initial, random, "length_mean", 1)),
         ]
+    if skipped:
+        rows.append(("evaluation", f"skipped: {skipped}"))
     rows += [
         ("validity eta, last iteration", _fmt(last.get("validity"), 3)),
         ("time efficiency, last iteration", _fmt(last.get("time_efficiency"), 4)),
@@ -189,6 +197,16 @@ def write_report(run_dir: Path) -> Path:
     path = run_dir / "report.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def _external(record: dict) -> str:
+    servers = record.get("servers") or []
+    slots = sum(s.get("num_slots", 0) for s in servers)
+    first = servers[0] if servers else {}
+    return (
+        f"external: {', '.join(record.get('specs', []))} ({len(servers)} server(s), {slots} slots, "
+        f"env {first.get('env_id', '?')}, {first.get('num_clips', '?')} clips; not started or stopped by the run)"
+    )
 
 
 def _three(trained: dict, initial: dict, random: dict, key: str, digits: int = 2) -> str:

@@ -1,0 +1,265 @@
+"""Every job on external simulators (`--simulators`): servers started apart, as a user would, with the
+test session's token (conftest.py), used by `fast train`, `fast bench sampling`, `fast bench train` and
+`fast compare`, and still running afterwards. And the settings that do not apply with them, refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import SESSION_TOKEN_FILE, sim_server
+from typer.testing import CliRunner
+
+from fast import auth
+from jobs.cli import app
+from jobs.processes import ServiceProcess, start_service
+
+# Two iterations of 128 samples on 2 servers x 2 slots; the evaluation plays every 10th of the 200 clips once.
+TINY = ["--iterations", "2", "--samples-per-iteration", "128", "--update-epochs", "1", "--eval-episodes-per-clip", "1"]
+RUN_TIMEOUT_S = 150
+
+
+def _fast(*args: str, env: dict[str, str] | None = None, timeout_s: float = RUN_TIMEOUT_S) -> tuple[int, str]:
+    """`python -m fast ARGS` as a user runs it; (exit code, output)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "fast", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        timeout=timeout_s,
+    )
+    return done.returncode, done.stdout
+
+
+def _assert_still_serving(servers: list[ServiceProcess]) -> None:
+    """The job did not stop the servers it did not start: alive, and they still answer."""
+    assert all(s.alive() for s in servers), "a job stopped an external simulator server"
+    for server in servers:
+        code, output = _fast("health", server.address, timeout_s=30)
+        assert code == 0 and "SERVING" in output, output
+
+
+@pytest.fixture(scope="module")
+def external() -> Iterator[list[ServiceProcess]]:
+    """Two takeover servers of 2 slots, started apart with the session's token."""
+    with sim_server("--slots", "2") as first, sim_server("--slots", "2") as second:
+        yield [first, second]
+
+
+def _spec(servers: list[ServiceProcess]) -> str:
+    return ",".join(s.address for s in servers)
+
+
+@pytest.fixture(scope="module")
+def trained(external: list[ServiceProcess], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
+    """One `fast train` on the external servers, given in FAST_TRAIN_SIMULATORS: (run directory, code, output)."""
+    runs = tmp_path_factory.mktemp("runs")
+    code, output = _fast(
+        "train", "--runs-dir", str(runs), "--name", "ext", *TINY, env={"FAST_TRAIN_SIMULATORS": _spec(external)}
+    )
+    return runs / "ext", code, output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_train_on_external_simulators_given_in_the_environment(external, trained) -> None:
+    run_dir, code, output = trained
+    assert code == 0, output[-3000:]
+    assert "external simulators" in output
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["train"]["simulators"] == [s.address for s in external]  # FAST_TRAIN_SIMULATORS honoured
+    assert not {"env", "servers", "slots", "cost_preset"} & set(config["train"])  # none applies
+    recorded = config["simulators"]
+    assert [s["address"] for s in recorded["servers"]] == [s.address for s in external]
+    assert all(s["num_slots"] == 2 and s["num_clips"] == 200 for s in recorded["servers"])
+    assert recorded["token"] == f"{auth.TOKEN_FILE_ENV}={SESSION_TOKEN_FILE}"  # where, never the token itself
+    assert SESSION_TOKEN_FILE.read_text().strip() not in (run_dir / "config.yaml").read_text() + output
+    # It started the learner, the broker and the gateway, and no simulator server; no token of its own.
+    assert sorted(config["processes"]) == ["broker", "gateway", "learner"]
+    assert f"--simulators {_spec(external)}" in config["processes"]["broker"]["command"]
+    assert not (run_dir / "token").exists()
+
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["iteration"] for m in lines] == [1, 2] and all(m["num_slots"] == 4 for m in lines)
+    evaluation = json.loads((run_dir / "eval.json").read_text())
+    assert len(evaluation["clips"]) == 20 and evaluation["policy_version"] == 2
+    report = (run_dir / "report.md").read_text()
+    assert f"external: {_spec(external).replace(',', ', ')}" in report and "eval return" in report
+    outcome = json.loads((run_dir / "outcome.json").read_text())
+    assert outcome["outcome"] == "done" and sorted(outcome["exit_codes"]) == ["broker", "gateway", "learner"]
+    _assert_still_serving(external)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_compare_on_external_simulators(external, trained, tmp_path: Path) -> None:
+    run_dir = trained[0]
+    assert trained[1] == 0, trained[2][-3000:]
+    out = tmp_path / "compare"
+    result = CliRunner().invoke(
+        app,
+        ["compare", str(run_dir), str(run_dir), "--simulators", _spec(external), "--episodes-per-clip", "1"]
+        + ["--out", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    comparison = json.loads((out / "compare.json").read_text())
+    evaluation = comparison["evaluation"]
+    assert evaluation["simulators"]["specs"] == [s.address for s in external]
+    assert (evaluation["servers"], evaluation["slots"], len(evaluation["clips"])) == (2, 4, 20)
+    assert comparison["covering"] == comparison["total"]  # a run against itself
+    assert "not started or stopped by compare" in (out / "compare.md").read_text()
+    _assert_still_serving(external)
+
+    # Without --simulators, compare cannot start servers of an external run's workload: it says what to pass.
+    result = CliRunner().invoke(app, ["compare", str(run_dir), str(run_dir), "--out", str(tmp_path / "again")])
+    assert result.exit_code == 2 and "pass --simulators" in result.output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bench_sampling_on_external_simulators(external, tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    result = CliRunner().invoke(
+        app,
+        ["bench", "sampling", "--simulators", _spec(external), "--modes", "sc,fast", "--clips", "2,4"]
+        + ["--repeats", "1", "--samples", "64", "--length-samples", "32", "--length-warmup-steps", "4"]
+        + ["--out", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    bench = json.loads((out / "sampling.json").read_text())
+    assert {(r["preset"], r["mode"], r["clips"]) for r in bench["rows"]} == {
+        ("external", "sc", 1),
+        ("external", "fast", 2),
+        ("external", "fast", 4),
+    }
+    assert [s["address"] for s in bench["simulators"]["servers"]] == [s.address for s in external]
+    assert {(r["mode"], r["clips"]) for r in bench["episode_length"]} == {("sc", 1), ("fast", 2), ("fast", 4)}
+    assert "External simulators" in (out / "sampling.md").read_text()
+    _assert_still_serving(external)
+
+    # More clips than the external servers have slots: refused, naming --clips.
+    result = CliRunner().invoke(
+        app,
+        ["bench", "sampling", "--simulators", _spec(external), "--clips", "5", "--repeats", "1"]
+        + ["--length-samples", "0", "--out", str(tmp_path / "too-many")],
+    )
+    assert result.exit_code == 2 and "--clips 5 needs 5 slots; the simulators have 4" in result.output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_bench_train_on_external_simulators(external, tmp_path: Path) -> None:
+    out = tmp_path / "bench-train"
+    result = CliRunner().invoke(
+        app,
+        ["bench", "train", "--simulators", _spec(external), "--modes", "fast", "--seeds", "1", "--iterations", "2"]
+        + ["--samples-per-iteration", "128", "--update-epochs", "1", "--checkpoint-every", "2"]
+        + ["--eval-episodes-per-clip", "1", "--out", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    bench = json.loads((out / "train.json").read_text())
+    assert bench["config"]["simulators"] == [s.address for s in external]
+    assert [s["num_slots"] for s in bench["simulators"]["servers"]] == [2, 2]
+    (record,) = bench["runs"]
+    assert [p["version"] for p in record["eval_curve"]] == [0, 2]  # held-out curve on the external servers
+    run_config = yaml.safe_load((Path(record["run_dir"]) / "config.yaml").read_text())
+    assert run_config["train"]["simulators"] == [s.address for s in external]
+    assert "external simulators" in (out / "train.md").read_text()
+    _assert_still_serving(external)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_train_on_too_few_clips_skips_the_evaluation_with_a_note(tmp_path: Path) -> None:
+    with sim_server("--slots", "2", "--num-clips", "5") as server:
+        one_iteration = ["--iterations", "1", *TINY[2:]]
+        code, output = _fast(
+            "train", "--runs-dir", str(tmp_path), "--name", "few", "--simulators", server.address, *one_iteration
+        )
+        assert server.alive()
+    assert code == 0, output[-3000:]
+    assert "needs at least 10" in output and "evaluation skipped" in output
+    evaluation = json.loads((tmp_path / "few" / "eval.json").read_text())
+    assert "5 clip(s)" in evaluation["skipped"]
+    assert "| evaluation | skipped: the simulators have 5 clip(s)" in (tmp_path / "few" / "report.md").read_text()
+
+
+def test_an_external_server_with_another_token_fails_fast_naming_the_token(tmp_path: Path) -> None:
+    other = start_service(
+        "sim-server", ["sim-server", "--port", "0", "--slots", "1"], env={auth.TOKEN_ENV: "another-token"}
+    )
+    try:
+        code, output = _fast("train", "--runs-dir", str(tmp_path), "--simulators", other.address, timeout_s=60)
+        assert other.alive()
+    finally:
+        other.stop()
+    assert code == 2, output
+    assert f"simulator {other.address} refused the run token" in output
+    assert f"{auth.TOKEN_FILE_ENV}={SESSION_TOKEN_FILE}" in output  # which token to give it
+
+
+# -- settings that do not apply with --simulators, and misspelt variables (nothing starts) -----------------
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--slots", "3"), ("--servers", "3"), ("--cost-preset", "calibrated"), ("--env", "takeover")]
+)
+def test_train_refuses_simulator_settings_with_external_simulators(tmp_path: Path, flag: str, value: str) -> None:
+    result = CliRunner().invoke(app, ["train", "--runs-dir", str(tmp_path), "--simulators", "127.0.0.1:9", flag, value])
+    assert result.exit_code == 2
+    assert f"{flag} (FAST_TRAIN_" in result.output and "does not apply with --simulators" in result.output
+    assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_train_refuses_a_simulator_setting_from_the_environment(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        ["train", "--runs-dir", str(tmp_path), "--simulators", "127.0.0.1:9"],
+        env={"FAST_TRAIN_SLOTS": "3"},
+    )
+    assert result.exit_code == 2 and "--slots (FAST_TRAIN_SLOTS" in result.output
+
+
+def test_env_given_an_address_says_to_use_simulators(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["train", "--runs-dir", str(tmp_path), "--env", "127.0.0.1:5000"])
+    assert result.exit_code == 2 and "give --simulators 127.0.0.1:5000 (or FAST_TRAIN_SIMULATORS)" in result.output
+    result = CliRunner().invoke(app, ["bench", "sampling", "--env", "127.0.0.1:5000", "--out", str(tmp_path / "b")])
+    assert result.exit_code == 2 and "give --simulators 127.0.0.1:5000 instead of --env" in result.output
+
+
+def test_train_refuses_a_misspelt_variable_naming_the_right_one(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["train", "--runs-dir", str(tmp_path)], env={"FAST_TRAIN_SIMULATRS": "127.0.0.1:9"}
+    )
+    assert result.exit_code == 2
+    assert "FAST_TRAIN_SIMULATRS" in result.output and "did you mean FAST_TRAIN_SIMULATORS?" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["bench", "sampling", "--preset", "off"], "--preset"),
+        (["bench", "sampling", "--servers", "2"], "--servers"),
+        (["bench", "sampling", "--env", "takeover"], "--env"),
+        (["bench", "sampling", "--gym-reference"], "--gym-reference"),
+        (["bench", "train", "--clips", "4"], "--clips"),
+        (["bench", "train", "--servers", "2"], "--servers"),
+        (["bench", "train", "--preset", "off"], "--preset"),
+        (["compare", "runs/a", "runs/b", "--servers", "2"], "--servers"),
+        (["compare", "runs/a", "runs/b", "--slots", "4"], "--slots"),
+    ],
+)
+def test_bench_and_compare_refuse_simulator_settings_with_external_simulators(
+    tmp_path: Path, args: list[str], named: str
+) -> None:
+    extra = [] if args[0] == "compare" else ["--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, [*args, "--simulators", "127.0.0.1:9", *extra])
+    assert result.exit_code == 2, result.output
+    assert f"{named} does not apply with --simulators" in result.output
