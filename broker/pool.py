@@ -14,6 +14,12 @@ keeps breaking the contract would keep costing a step and a reset each time.
 
 A server leaves only between iterations (`remove`, after a control call detached it): the
 global slot ids of the servers after it move down, so the sampler is rebuilt, as when one joins.
+
+Each server is driven as its Describe's Capabilities allow, server by server (a pool may mix):
+one that has no StepStream is stepped with unary Step calls, and one without batched resets
+gets one Reset call per slot where the mode would send one call for several (at most
+`UNBATCHED_RESET_CONCURRENCY` of them in flight to it at a time). Each such fallback is logged
+once per server and shown in its status.
 """
 
 from __future__ import annotations
@@ -42,11 +48,18 @@ from sim_server.client import ServerDescription, SimulatorClient, StepStream
 log = logging.getLogger("fast.broker.pool")
 
 # A call that fails in any of these ways means the server is gone, stalled or broken: its
-# slots are lost for now and the server is retried. (A finished stream raises InvalidStateError.)
+# slots are lost for now and the server is retried. (StepStream raises the status that finished
+# the stream, not grpc's InvalidStateError, which stays here as a last resort.)
 _FAULTS = (grpc.RpcError, asyncio.TimeoutError, asyncio.InvalidStateError, ConnectionError, OSError)
 T = TypeVar("T")
 # Weight of the newest call in a server's latency moving averages (status only, never a decision).
 LATENCY_EMA_WEIGHT = 0.1
+# Reset calls in flight at once to one server that resets one slot per call, when the mode would
+# have sent it one call for several slots. Not unbounded: a server whose reset engine is exclusive
+# queues them, and a call's deadline runs from when it is sent, so a long queue would spend the
+# deadlines of the calls at its back (and mark a healthy server down). Not 1: concurrency overlaps
+# the round trips and lets a server that resets in parallel (several workers) do so.
+UNBATCHED_RESET_CONCURRENCY = 4
 # A host name of RFC 1123 labels (and underscores, which Docker's service names use), or an IPv4
 # address; IPv6 comes in brackets and is checked apart.
 _LABEL = r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
@@ -117,6 +130,9 @@ class ServerHandle:
     draining: bool = False  # detached by a control call: removed at the next iteration boundary
     step_latency_s: float = 0.0  # moving average of its answered Step calls' wall seconds; 0 before the first
     reset_latency_s: float = 0.0  # the same for its Reset calls
+    # Its Describe's Capabilities (the last one it answered): StepStream is implemented; Reset takes several slots.
+    streaming_step: bool = True
+    batched_reset: bool = True
 
 
 @dataclass
@@ -137,6 +153,7 @@ class PoolReset:
     observations: np.ndarray  # [k, *obs_shape]; zeros where failed
     failed: np.ndarray  # [k] bool
     server_s: float = 0.0
+    calls: int = 0  # Reset calls sent
 
 
 @dataclass(frozen=True)
@@ -196,6 +213,7 @@ class SimulatorPool:
             self.observation_space, self.action_space = desc.observation_space, desc.action_space
             self.num_clips = desc.num_clips
         handle = ServerHandle(len(self.servers), address, client, desc.env_id, desc.num_slots, self.num_slots)
+        _take_capabilities(handle, desc, first=True)
         self.servers.append(handle)
         self.slot_server = np.concatenate([self.slot_server, np.full(desc.num_slots, handle.index)])
         self.slot_local = np.concatenate([self.slot_local, np.arange(desc.num_slots)])
@@ -305,6 +323,7 @@ class SimulatorPool:
             server.backoff_s = min(server.backoff_s * 2, self.timeouts.backoff_max_s)
             server.retry_at = time.monotonic() + server.backoff_s
             return False
+        _take_capabilities(server, desc, first=False)  # it may have restarted with other options
         server.up = True
         server.readmissions += 1
         log.warning("simulator %s re-admitted", server.address)
@@ -333,11 +352,11 @@ class SimulatorPool:
         groups = self._by_server(slots)
 
         def request(server: ServerHandle, local: np.ndarray, actions: np.ndarray) -> Awaitable:
-            if self.use_stream and not unary:
+            if self.steps_by_stream(server, unary=unary):
                 if server.stream is None:
                     server.stream = server.client.step_stream()
                 return server.stream.step(local, actions)
-            return server.client.step(local, actions)
+            return server.client.step(local, actions, timeout_s=self.timeouts.step_s)
 
         async def call(server: ServerHandle, positions: np.ndarray) -> None:
             local = self.slot_local[slots[positions]]
@@ -365,20 +384,37 @@ class SimulatorPool:
         await asyncio.gather(*(call(self.servers[s], pos) for s, pos in groups.items()))
         return out
 
+    def steps_by_stream(self, server: ServerHandle, *, unary: bool = False) -> bool:
+        """Whether `step` uses the server's StepStream: the pool streams, the caller allows it (not
+        unary) and the server has one."""
+        return self.use_stream and not unary and server.streaming_step
+
+    @staticmethod
+    def resets_batched(server: ServerHandle, *, batched: bool) -> bool:
+        """Whether `reset` sends the server one call for several of its slots: the caller asks for
+        batched resets and the server takes them."""
+        return batched and server.batched_reset
+
     async def reset(self, slots: np.ndarray, clips: np.ndarray, seeds: np.ndarray, *, batched: bool) -> PoolReset:
-        """Reset global `slots`: one call per server when `batched`, else one call per slot, all concurrent."""
+        """Reset global `slots`: one call per server when `batched` (and the server takes several slots
+        in one call), else one call per slot; servers concurrently, a server's per-slot calls too
+        (at most UNBATCHED_RESET_CONCURRENCY at a time where it cannot batch what `batched` asked)."""
         k = slots.size
         obs_space = self.observation_space
         out = PoolReset(
             observations=np.zeros((k, *obs_space.shape), dtype=obs_space.dtype), failed=np.zeros(k, dtype=bool)
         )
 
-        async def call(server: ServerHandle, positions: np.ndarray) -> None:
+        async def call(server: ServerHandle, positions: np.ndarray, bound: asyncio.Semaphore | None) -> None:
+            if bound is not None:
+                async with bound:
+                    return await call(server, positions, None)
             local = self.slot_local[slots[positions]]
             started = time.perf_counter()
             reply = await self._call(
                 server,
-                lambda: server.client.reset(local, clips[positions], seeds[positions]),
+                # The reset's own deadline: the client's default is Describe's, far shorter than a slow reset.
+                lambda: server.client.reset(local, clips[positions], seeds[positions], timeout_s=self.timeouts.reset_s),
                 self.timeouts.reset_s,
                 lambda reply: answers.reset_problem(reply, local, obs_space),
             )
@@ -392,8 +428,15 @@ class SimulatorPool:
 
         calls = []
         for s, positions in self._by_server(slots).items():
-            parts = [positions] if batched else [positions[j : j + 1] for j in range(positions.size)]
-            calls.extend(call(self.servers[s], part) for part in parts)
+            server = self.servers[s]
+            if self.resets_batched(server, batched=batched):
+                calls.append(call(server, positions, None))
+                continue
+            # One call per slot: as the mode asked (unbounded, as it always was), or as the server
+            # needs (bounded: see UNBATCHED_RESET_CONCURRENCY).
+            bound = asyncio.Semaphore(UNBATCHED_RESET_CONCURRENCY) if batched and positions.size > 1 else None
+            calls.extend(call(server, positions[j : j + 1], bound) for j in range(positions.size))
+        out.calls = len(calls)
         await asyncio.gather(*calls)
         return out
 
@@ -460,6 +503,22 @@ class SimulatorPool:
             if server.stream is not None:
                 server.stream.cancel()
             await server.client.close()
+
+
+def _take_capabilities(server: ServerHandle, desc: ServerDescription, *, first: bool) -> None:
+    """The server's Capabilities from its Describe; each fallback they imply is logged when it
+    starts (when the server joins, or comes back with other options), not at every call."""
+    if desc.streaming_step != server.streaming_step or (first and not desc.streaming_step):
+        if desc.streaming_step:
+            log.info("simulator %s: has StepStream again, using it", server.address)
+        else:
+            log.warning("simulator %s: no StepStream, using unary Step", server.address)
+    if desc.batched_reset != server.batched_reset or (first and not desc.batched_reset):
+        if desc.batched_reset:
+            log.info("simulator %s: takes batched Resets again, using them", server.address)
+        else:
+            log.warning("simulator %s: no batched Reset, sending one Reset per slot", server.address)
+    server.streaming_step, server.batched_reset = desc.streaming_step, desc.batched_reset
 
 
 def moving_average(previous: float, sample: float, weight: float = LATENCY_EMA_WEIGHT) -> float:

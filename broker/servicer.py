@@ -13,8 +13,9 @@ import grpc
 
 from broker import wire
 from broker.history import HISTORY_PAGE
-from broker.pool import ServerHandle, resolve_addresses
+from broker.pool import ServerHandle, SimulatorPool, resolve_addresses
 from broker.run import BrokerRun, ControlRefused, RunState, UnknownSimulator
+from broker.samplers import mode_calls
 from broker.settings import SettingError
 from fast.quoting import quote, shorten
 from fast.tensor import TensorError
@@ -45,7 +46,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             iterations_total=run.config.iterations,
             policy_version=max(run.policy_version, 0),
             valid_steps_total=run.valid_total,
-            simulators=[_simulator_status(s) for s in run.pool.servers],
+            simulators=[_simulator_status(s, run.pool, run.config.mode) for s in run.pool.servers],
             error=run.error,
             settings=wire.settings_to_proto(run.settings),
             num_slots=run.active_slots,
@@ -160,7 +161,8 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         return pb.ControlResponse(state=_STATES[run.state])
 
 
-def _simulator_status(server: ServerHandle) -> pb.SimulatorStatus:
+def _simulator_status(server: ServerHandle, pool: SimulatorPool, mode: str) -> pb.SimulatorStatus:
+    stream, batched = mode_calls(mode)
     return pb.SimulatorStatus(
         address=server.address,
         up=server.up,
@@ -172,4 +174,6 @@ def _simulator_status(server: ServerHandle) -> pb.SimulatorStatus:
         step_latency_s=server.step_latency_s,
         reset_latency_s=server.reset_latency_s,
         draining=server.draining,
+        step_stream=pool.steps_by_stream(server, unary=not stream),
+        batched_reset=pool.resets_batched(server, batched=batched),
     )

@@ -109,6 +109,10 @@ class Simulator(_Answer):
     last_error: str
     step_latency_s: float | None
     reset_latency_s: float | None
+    # How the broker calls it (SimulatorStatus): over StepStream; several slots per Reset call.
+    # Defaults for a broker too old to say.
+    step_stream: bool = False
+    batched_reset: bool = False
 
 
 class Hyperparameters(_Answer):

@@ -69,9 +69,21 @@ def _serve(
 @app.command("sim-server")
 def sim_server(
     env: Annotated[
-        Optional[str], typer.Option(help="'takeover' or 'gym:<Gymnasium id>'. \\[default: takeover]")
+        Optional[str],
+        typer.Option(
+            help="'takeover', 'gym:<Gymnasium id>', 'gym:<module>:<env factory>' or 'slot:<module>:<SlotEnv factory>'. "
+            "\\[default: takeover]"
+        ),
     ] = None,
     slots: Annotated[Optional[int], typer.Option(help="Number of slots. \\[default: 8]")] = None,
+    processes: Annotated[
+        Optional[int],
+        typer.Option(
+            min=1,
+            help="Spread the slots over N worker processes, each stepping its engines in its main thread "
+            "(one engine per process when N = slots). \\[default: none: the server process steps them]",
+        ),
+    ] = None,
     port: ServicePort = None,
     host: ServiceHost = None,
     seed: Annotated[Optional[int], typer.Option(help="Catalog seed. \\[default: 0]")] = None,
@@ -90,6 +102,15 @@ def sim_server(
         Optional[int], typer.Option(help="Largest message accepted. \\[default: 64 MiB]")
     ] = None,
     grace_s: Annotated[Optional[float], typer.Option(help="Drain time on SIGTERM. \\[default: 5]")] = None,
+    no_step_stream: Annotated[
+        bool, typer.Option("--no-step-stream", help="Emulate a server without StepStream (advertised false, refused).")
+    ] = False,
+    no_batched_reset: Annotated[
+        bool,
+        typer.Option(
+            "--no-batched-reset", help="Emulate a server that resets one slot per call (advertised, several refused)."
+        ),
+    ] = False,
     config: ConfigFile = None,
 ) -> None:
     """Serve a simulator (the built-in takeover workload or a Gymnasium env) over gRPC.
@@ -102,6 +123,7 @@ def sim_server(
     overrides = dict(
         env=env,
         slots=slots,
+        processes=processes,
         port=port,
         host=host,
         seed=seed,
@@ -114,6 +136,8 @@ def sim_server(
         env_kwargs=_parse_kwargs(env_kwarg),
         max_message_bytes=max_message_bytes,
         grace_s=grace_s,
+        step_stream=False if no_step_stream else None,
+        batched_reset=False if no_batched_reset else None,
     )
     _serve(SimServerConfig, ENV_PREFIX, serve, config, overrides)
 

@@ -9,6 +9,7 @@ errors surface as grpc.aio.AioRpcError.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 import grpc
@@ -30,6 +31,9 @@ class ServerDescription:
     num_clips: int
     cost_model: pb.CostModel
     server_version: str
+    # Its Capabilities: Reset takes several slots in one call; StepStream is implemented.
+    batched_reset: bool = True
+    streaming_step: bool = True
 
 
 @dataclass
@@ -92,14 +96,17 @@ class SimulatorClient(RpcClient):
             num_clips=r.num_clips,
             cost_model=r.capabilities.cost_model,
             server_version=r.server_version,
+            batched_reset=r.capabilities.batched_reset,
+            streaming_step=r.capabilities.streaming_step,
         )
 
-    async def reset(self, slot_ids, clip_ids, seeds=()) -> ResetReply:
+    async def reset(self, slot_ids, clip_ids, seeds=(), *, timeout_s: float | None = None) -> ResetReply:
+        """`timeout_s`: this call's deadline (None: the client's); a reset may be slower than a Describe."""
         r = await self._stub.Reset(
             pb.ResetRequest(
                 slot_ids=list(map(int, slot_ids)), clip_ids=list(map(int, clip_ids)), seeds=list(map(int, seeds))
             ),
-            timeout=self.timeout_s,
+            timeout=self.timeout_s if timeout_s is None else timeout_s,
         )
         return ResetReply(
             slot_ids=np.asarray(r.slot_ids, dtype=np.int64),
@@ -107,9 +114,10 @@ class SimulatorClient(RpcClient):
             timing=r.timing,
         )
 
-    async def step(self, slot_ids, actions: np.ndarray) -> StepReply:
+    async def step(self, slot_ids, actions: np.ndarray, *, timeout_s: float | None = None) -> StepReply:
         r = await self._stub.Step(
-            pb.StepRequest(slot_ids=list(map(int, slot_ids)), actions=tensor.to_proto(actions)), timeout=self.timeout_s
+            pb.StepRequest(slot_ids=list(map(int, slot_ids)), actions=tensor.to_proto(actions)),
+            timeout=self.timeout_s if timeout_s is None else timeout_s,
         )
         return _step_reply(r)
 
@@ -126,16 +134,34 @@ class StepStream:
 
     async def step(self, slot_ids, actions: np.ndarray) -> StepReply:
         self._next_id += 1
-        await self._call.write(
-            pb.StepRequest(
-                slot_ids=list(map(int, slot_ids)), actions=tensor.to_proto(actions), request_id=self._next_id
+        try:
+            await self._call.write(
+                pb.StepRequest(
+                    slot_ids=list(map(int, slot_ids)), actions=tensor.to_proto(actions), request_id=self._next_id
+                )
             )
-        )
+        except asyncio.InvalidStateError:
+            # The stream finished before this request (e.g. the server went away between two
+            # steps): grpc says only "RPC already finished"; raise the status that finished it.
+            raise await self._ended() from None
         response = await self._call.read()
         if response is grpc.aio.EOF:
-            code, details = await self._call.code(), await self._call.details()
-            raise ConnectionError(f"the step stream ended with {code.name}: {details}")
+            raise await self._ended()
         return _step_reply(response, sent_request_id=self._next_id)
+
+    async def _ended(self) -> Exception:
+        """What to raise for a stream that finished: its status as an AioRpcError (e.g. UNAVAILABLE:
+        Socket closed), or a ConnectionError when the server closed it with OK."""
+        code, details = await self._call.code(), await self._call.details()
+        if code == grpc.StatusCode.OK:
+            return ConnectionError("the step stream ended with OK before answering")
+        return grpc.aio.AioRpcError(
+            code,
+            await self._call.initial_metadata(),
+            await self._call.trailing_metadata(),
+            details=details,
+            debug_error_string=await self._call.debug_error_string(),
+        )
 
     async def close(self) -> None:
         await self._call.done_writing()

@@ -16,6 +16,7 @@ ENV_PREFIX = "FAST_SIM_"
 class SimServerConfig(TlsSettings):  # tls_cert, tls_key, tls_ca, tls_server_name: fast/tls.py
     env: EnvSpec = "takeover"  # "takeover" or "gym:<Gymnasium id>"
     slots: int = Field(8, ge=1, le=4096)
+    processes: int | None = Field(None, ge=1, le=1024)  # worker processes holding the slots (sim_server/workers.py)
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535)  # 0 picks a free port and prints it
     seed: int = 0  # catalog seed of the takeover workload
@@ -28,6 +29,10 @@ class SimServerConfig(TlsSettings):  # tls_cert, tls_key, tls_ca, tls_server_nam
     map_load_cached_s: float | None = None
     max_message_bytes: int = Field(64 << 20, ge=1024)
     grace_s: float = Field(5.0, ge=0.0)
+    # Capabilities it advertises and honours; false emulates a server without them (StepStream,
+    # or a Reset of several slots, is then refused with UNIMPLEMENTED).
+    step_stream: bool = True
+    batched_reset: bool = True
 
     def cost_model(self) -> CostModelConfig:
         return cost_model_config(

@@ -9,6 +9,8 @@ class ErrorKind(Enum):
     INVALID_ARGUMENT = "INVALID_ARGUMENT"  # malformed request: shapes, dtypes, NaN, bounds
     NOT_FOUND = "NOT_FOUND"  # unknown slot or clip id
     FAILED_PRECONDITION = "FAILED_PRECONDITION"  # valid request, wrong state (no live episode)
+    UNAVAILABLE = "UNAVAILABLE"  # the worker process holding a slot is gone (sim_server/workers.py)
+    INTERNAL = "INTERNAL"  # the env raised while serving a valid request
 
 
 class SimError(Exception):

@@ -8,6 +8,8 @@ an int64 scalar in [0, n).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -27,11 +29,23 @@ def space_spec(space: gym.Space, *, what: str) -> SpaceSpec:
 
 
 class GymSlotEnv:
-    def __init__(self, env_id: str, num_slots: int, num_clips: int = 1000, **env_kwargs: Any) -> None:
+    """`env`: a Gymnasium id (made with `env_kwargs`) or a factory called once per slot."""
+
+    def __init__(
+        self,
+        env: str | Callable[[], gym.Env],
+        num_slots: int,
+        num_clips: int = 1000,
+        *,
+        name: str | None = None,
+        **env_kwargs: Any,
+    ) -> None:
+        make = functools.partial(gym.make, env, **env_kwargs) if isinstance(env, str) else env
+        name = name or (f"gym:{env}" if isinstance(env, str) else repr(env))
         try:
-            self._envs = [gym.make(env_id, **env_kwargs) for _ in range(num_slots)]
+            self._envs = [make() for _ in range(num_slots)]
         except gym.error.Error as exc:
-            raise ValueError(f"gym:{env_id} cannot be made: {exc}") from None
+            raise ValueError(f"{name} cannot be made: {exc}") from None
         first = self._envs[0]
         self.observation_space = space_spec(first.observation_space, what="observation")
         self.action_space = space_spec(first.action_space, what="action")

@@ -26,7 +26,14 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Simulator"].full_name
 
 
 def build_simulator(config: SimServerConfig) -> Simulator:
-    env = make_env(config.env, config.slots, seed=config.seed, num_clips=config.num_clips, env_kwargs=config.env_kwargs)
+    env = make_env(
+        config.env,
+        config.slots,
+        seed=config.seed,
+        num_clips=config.num_clips,
+        env_kwargs=config.env_kwargs,
+        processes=config.processes,
+    )
     return Simulator(env, CostModel(config.cost_model()))
 
 
@@ -38,9 +45,12 @@ async def create_server(
     max_message_bytes: int = 64 << 20,
     token: str | None = None,
     tls: TlsFiles | None = None,
+    step_stream: bool = True,
+    batched_reset: bool = True,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
-    """`token`: the run token every call must carry (None: the environment's, fast/auth.py)."""
-    servicer = SimulatorServicer(simulator, env_id)
+    """`token`: the run token every call must carry (None: the environment's, fast/auth.py).
+    `step_stream`, `batched_reset`: the Capabilities it has (SimServerConfig)."""
+    servicer = SimulatorServicer(simulator, env_id, step_stream=step_stream, batched_reset=batched_reset)
     return await start_server(
         address,
         SERVICE_NAME,
@@ -55,8 +65,17 @@ async def serve(config: SimServerConfig) -> None:
     simulator = build_simulator(config)
     address = f"{config.host}:{config.port}"
     server, port, health_servicer = await create_server(
-        simulator, address, env_id=config.env, max_message_bytes=config.max_message_bytes, tls=config.tls
+        simulator,
+        address,
+        env_id=config.env,
+        max_message_bytes=config.max_message_bytes,
+        tls=config.tls,
+        step_stream=config.step_stream,
+        batched_reset=config.batched_reset,
     )
+    describe_workers = getattr(simulator.env, "describe_workers", None)
+    if describe_workers is not None:  # --processes: which worker holds which slots
+        print(describe_workers(), flush=True)
     # Tests and `fast train` read the bound address from this line.
     print(
         f"fast sim-server listening on {display_address(config.host, port)} env={config.env} slots={config.slots} "

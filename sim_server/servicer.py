@@ -29,6 +29,8 @@ _STATUS = {
     ErrorKind.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorKind.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
     ErrorKind.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
 
@@ -41,9 +43,15 @@ def _ids(values) -> np.ndarray:
 
 
 class SimulatorServicer(pb_grpc.SimulatorServicer):
-    def __init__(self, simulator: Simulator, env_id: str) -> None:
+    def __init__(
+        self, simulator: Simulator, env_id: str, *, step_stream: bool = True, batched_reset: bool = True
+    ) -> None:
         self.sim = simulator
         self.env_id = env_id
+        # Capabilities (`fast sim-server --no-step-stream / --no-batched-reset` turn them off, to
+        # emulate a server without them): advertised in Describe and kept, the call refused.
+        self.step_stream = step_stream
+        self.batched_reset = batched_reset
 
     async def _run(
         self, call: Awaitable[T], context: grpc.aio.ServicerContext, *, cancel_at_deadline: bool = False
@@ -72,8 +80,8 @@ class SimulatorServicer(pb_grpc.SimulatorServicer):
             num_slots=env.num_slots,
             num_clips=env.num_clips,
             capabilities=pb.Capabilities(
-                batched_reset=True,
-                streaming_step=True,
+                batched_reset=self.batched_reset,
+                streaming_step=self.step_stream,
                 cost_model=pb.CostModel(**cost.model_dump()),
             ),
             server_version=fast.__version__,
@@ -82,6 +90,13 @@ class SimulatorServicer(pb_grpc.SimulatorServicer):
 
     async def Reset(self, request: pb.ResetRequest, context) -> pb.ResetResponse:
         slot_ids = _ids(request.slot_ids)
+        if not self.batched_reset and len(set(request.slot_ids)) > 1:
+            # After the plain malformations (a slot twice is INVALID_ARGUMENT whatever the server serves).
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"this server resets one slot per call (Capabilities.batched_reset is false); the request has "
+                f"{len(request.slot_ids)} slots: send one Reset per slot",
+            )
         observations, timing = await self._run(
             self.sim.reset(slot_ids, _ids(request.clip_ids), _ids(request.seeds)), context, cancel_at_deadline=True
         )
@@ -131,6 +146,11 @@ class SimulatorServicer(pb_grpc.SimulatorServicer):
     async def StepStream(
         self, request_iterator: AsyncIterator[pb.StepRequest], context
     ) -> AsyncIterator[pb.StepResponse]:
+        if not self.step_stream:
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                "this server does not implement StepStream (Capabilities.streaming_step is false): use Step",
+            )
         async for request in request_iterator:
             await self._refuse_if_too_late(context)
             yield await self._run(self._step(request), context)

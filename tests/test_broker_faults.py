@@ -264,3 +264,23 @@ def test_stalled_simulator_times_out_and_is_readmitted_when_it_resumes() -> None
     RolloutBatch.from_numpy({**batch, "policy_version": 0}).validate()
     assert handle.up and handle.readmissions == 1 and handle.faults == 1 and handle.last_error == "timed out"
     assert batch2["valid_mask"][:, 2:].any()
+
+
+def test_a_reset_slower_than_describe_timeout_gets_the_reset_deadline() -> None:
+    # The pool's clients default to Describe's deadline; a Reset must get reset_timeout_s instead, or a
+    # simulator whose reset takes longer than describe_timeout_s would be marked down on every reset.
+    sim = start_service("sim-slow-reset", ["sim-server", "--slots", "2", "--port", "0", "--reset-fixed-s", "1.5"])
+    try:
+
+        async def go():
+            pool = SimulatorPool(PoolTimeouts(step_s=5.0, reset_s=10.0, describe_s=0.5))
+            await pool.add(sim.address)
+            try:
+                return await pool.reset(np.arange(2), np.array([0, 1]), np.array([0, 0]), batched=True)
+            finally:
+                await pool.close()
+
+        reset = asyncio.run(go())
+        assert not reset.failed.any() and reset.server_s >= 1.5
+    finally:
+        sim.stop()

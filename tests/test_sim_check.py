@@ -121,6 +121,14 @@ class SloppySimulator(pb_grpc.SimulatorServicer):
         )
 
 
+def test_a_server_without_stream_or_batched_reset_conforms(tmp_path: Path) -> None:
+    # Both capabilities are optional: sim-check sends such a server what the broker sends it.
+    with sim_server("--slots", "3", "--cost-preset", "off", "--no-step-stream", "--no-batched-reset") as server:
+        done, report = sim_check(server.address, tmp_path / "bare.json")
+    assert_conforms(done, report)
+    assert any("not advertised" in r.get("detail", "") for r in rows(report, "skip"))
+
+
 def test_sloppy_server_fails_with_a_fix_for_each_breach(tmp_path: Path) -> None:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     pb_grpc.add_SimulatorServicer_to_server(SloppySimulator(), server)

@@ -61,7 +61,7 @@ def test_resolve_config_errors_name_field_and_value(tmp_path) -> None:
     with pytest.raises(ConfigError, match="unknown setting\\(s\\) slotz"):
         (tmp_path / "bad.yaml").write_text("slotz: 3\n")
         resolve_config(SimServerConfig, file=tmp_path / "bad.yaml", environ={})
-    with pytest.raises(ConfigError, match="env='carla'.*gym:<registered Gymnasium id>"):
+    with pytest.raises(ConfigError, match="env='carla'.*'gym:<Gymnasium id>'"):
         resolve_config(SimServerConfig, overrides={"env": "carla"}, environ={})
 
 

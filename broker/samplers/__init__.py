@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from broker.policy_runner import PolicyRunner
     from broker.pool import SimulatorPool
 
-__all__ = ["MODE_NAMES", "ModeName", "Sampler", "SamplingError", "make_sampler"]
+__all__ = ["MODE_NAMES", "ModeName", "Sampler", "SamplingError", "make_sampler", "mode_calls"]
 
 # The lock-step modes by name; ver runs a loop of its own.
 LOCKSTEP_RULES: dict[str, type[LockstepRule]] = {
@@ -40,6 +40,16 @@ LOCKSTEP_RULES: dict[str, type[LockstepRule]] = {
 MODE_NAMES: tuple[str, ...] = ("sc", "autoreset", "sgr", "ver", "fast")
 # The same names as a type for config models: pydantic refuses any other value and lists these.
 ModeName = Literal.__getitem__(MODE_NAMES)
+
+
+def mode_calls(mode: str) -> tuple[bool, bool]:
+    """(stream, batched): whether the mode asks the pool for StepStream steps (the lock-step modes;
+    ver steps its slots on their own, unary) and for batched resets (the modes with rounds).
+
+    What the pool then does with each server also depends on its Capabilities (broker/pool.py).
+    """
+    rule = LOCKSTEP_RULES.get(mode)
+    return rule is not None, rule is not None and rule.rounds
 
 
 def make_sampler(

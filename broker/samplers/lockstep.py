@@ -6,7 +6,8 @@ one row of the [T, N] batch. Then the mode's rule says what happens when episode
 - without rounds (sc, autoreset): a slot whose episode ended is reset at once, on its own
   (one Reset call per slot, as each env of a Gymnasium vector env resets itself); live
   episodes carry across iterations (truncated and bootstrapped at the iteration's end);
-- with rounds (sgr, fast): a round starts with one batched Reset per server for every slot;
+- with rounds (sgr, fast): a round starts with one batched Reset per server for every slot
+  (one per slot for a server whose Capabilities say it resets one slot per call, broker/pool.py);
   when the rule says the round is over, live slots are truncated (bootstrapped) and the next
   round starts; every iteration ends at a round boundary.
 
@@ -114,8 +115,7 @@ class LockstepSampler:
         result = await self.pool.reset(self.slots[positions], clips, seeds, batched=batched)
         stats.reset_wall_s += time.perf_counter() - started
         stats.reset_server_s += result.server_s
-        servers = np.unique(self.pool.slot_server[self.slots[positions]]).size
-        stats.reset_calls += servers if batched else positions.size
+        stats.reset_calls += result.calls  # one per server when batched, unless a server takes one slot per call
         ok = ~result.failed
         done = positions[ok]
         self.obs[done] = result.observations[ok]

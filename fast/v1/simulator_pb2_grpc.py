@@ -32,8 +32,16 @@ class SimulatorStub:
     out-of-bounds actions, mismatched list lengths, repeated slots); FAILED_PRECONDITION for
     stepping a slot without a live episode or a slot busy in another call; NOT_FOUND for an
     unknown slot or clip id; RESOURCE_EXHAUSTED for a message over the configured size;
-    DEADLINE_EXCEEDED when a call cannot finish in its deadline (the slots are left as they
-    were). The message names the slot or field and what was expected.
+    UNIMPLEMENTED, if the server likes, for what its Capabilities say it lacks (StepStream, a
+    Reset of several slots). A refused call changes no slot. The message names the slot or
+    field and what was expected.
+
+    Deadlines: a server answers DEADLINE_EXCEEDED itself only before it changed any slot. A
+    step or reset that has begun may complete (or be rolled back), each slot left whole and
+    free for its next Reset, never half-changed. A client that sees DEADLINE_EXCEEDED (its
+    own library reports it too) cannot know which happened: the broker treats the results of
+    the call's slots as unknown, uses none of them, and resets those slots before they step
+    again.
     """
 
     def __init__(self, channel):
@@ -71,8 +79,16 @@ class SimulatorServicer:
     out-of-bounds actions, mismatched list lengths, repeated slots); FAILED_PRECONDITION for
     stepping a slot without a live episode or a slot busy in another call; NOT_FOUND for an
     unknown slot or clip id; RESOURCE_EXHAUSTED for a message over the configured size;
-    DEADLINE_EXCEEDED when a call cannot finish in its deadline (the slots are left as they
-    were). The message names the slot or field and what was expected.
+    UNIMPLEMENTED, if the server likes, for what its Capabilities say it lacks (StepStream, a
+    Reset of several slots). A refused call changes no slot. The message names the slot or
+    field and what was expected.
+
+    Deadlines: a server answers DEADLINE_EXCEEDED itself only before it changed any slot. A
+    step or reset that has begun may complete (or be rolled back), each slot left whole and
+    free for its next Reset, never half-changed. A client that sees DEADLINE_EXCEEDED (its
+    own library reports it too) cannot know which happened: the broker treats the results of
+    the call's slots as unknown, uses none of them, and resets those slots before they step
+    again.
     """
 
     def Describe(self, request, context):
@@ -83,14 +99,15 @@ class SimulatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Reset(self, request, context):
-        """Start new episodes in a set of slots, paying the fixed reset cost once.
+        """Start new episodes in a set of slots, in one call (the fixed reset cost paid once when
+        Capabilities.batched_reset).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Step(self, request, context):
-        """Step a set of slots once.
+        """Step a set of slots once. Called concurrently for different slots.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -98,7 +115,7 @@ class SimulatorServicer:
 
     def StepStream(self, request_iterator, context):
         """Step, as a bidirectional stream: one response per request, in order. An error ends
-        the stream with its status.
+        the stream with its status. Optional: served when Capabilities.streaming_step.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -142,8 +159,16 @@ class Simulator:
     out-of-bounds actions, mismatched list lengths, repeated slots); FAILED_PRECONDITION for
     stepping a slot without a live episode or a slot busy in another call; NOT_FOUND for an
     unknown slot or clip id; RESOURCE_EXHAUSTED for a message over the configured size;
-    DEADLINE_EXCEEDED when a call cannot finish in its deadline (the slots are left as they
-    were). The message names the slot or field and what was expected.
+    UNIMPLEMENTED, if the server likes, for what its Capabilities say it lacks (StepStream, a
+    Reset of several slots). A refused call changes no slot. The message names the slot or
+    field and what was expected.
+
+    Deadlines: a server answers DEADLINE_EXCEEDED itself only before it changed any slot. A
+    step or reset that has begun may complete (or be rolled back), each slot left whole and
+    free for its next Reset, never half-changed. A client that sees DEADLINE_EXCEEDED (its
+    own library reports it too) cannot know which happened: the broker treats the results of
+    the call's slots as unknown, uses none of them, and resets those slots before they step
+    again.
     """
 
     @staticmethod

@@ -210,8 +210,22 @@ class Target:
         return self.stub.Step(request, timeout=self.timeout if timeout is None else timeout)
 
     async def reset(self, slots, clips, seeds=(), *, timeout: float | None = None) -> ResetReply:
-        """Reset and decode; grpc.aio.AioRpcError on a status, BadAnswer on tensors that do not decode."""
-        return decode_reset(await self.reset_call(slots, clips, seeds, timeout=timeout))
+        """Reset and decode; grpc.aio.AioRpcError on a status, BadAnswer on tensors that do not decode.
+
+        A server that does not advertise batched_reset gets one Reset per slot, in order, as the
+        broker sends it; the answers are joined as one."""
+        slots, clips, seeds = list(slots), list(clips), list(seeds)
+        if len(slots) <= 1 or self.desc is None or self.capabilities.batched_reset:
+            return decode_reset(await self.reset_call(slots, clips, seeds, timeout=timeout))
+        replies = [
+            decode_reset(await self.reset_call([slot], [clips[i]], seeds[i : i + 1], timeout=timeout))
+            for i, slot in enumerate(slots)
+        ]
+        return ResetReply(
+            slot_ids=np.concatenate([r.slot_ids for r in replies]),
+            observations=np.concatenate([r.observations for r in replies]),
+            timing=replies[-1].timing,
+        )
 
     async def step(self, slots, actions: np.ndarray, *, timeout: float | None = None) -> StepReply:
         return decode_step(await self.step_call(slots, actions, timeout=timeout))
