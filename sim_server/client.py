@@ -59,7 +59,17 @@ class StepReply:
     sent_request_id: int = 0  # what the request carried (0 for unary Step)
 
 
-def _step_reply(response: pb.StepResponse, sent_request_id: int = 0) -> StepReply:
+def reset_reply(response: pb.ResetResponse) -> ResetReply:
+    """A Reset answer decoded (TensorError when a tensor does not decode)."""
+    return ResetReply(
+        slot_ids=np.asarray(response.slot_ids, dtype=np.int64),
+        observations=tensor.from_proto(response.observations, field="observations"),
+        timing=response.timing,
+    )
+
+
+def step_reply(response: pb.StepResponse, sent_request_id: int = 0) -> StepReply:
+    """A Step answer decoded (TensorError when a tensor does not decode)."""
     return StepReply(
         slot_ids=np.asarray(response.slot_ids, dtype=np.int64),
         observations=tensor.from_proto(response.observations, field="observations"),
@@ -108,18 +118,14 @@ class SimulatorClient(RpcClient):
             ),
             timeout=self.timeout_s if timeout_s is None else timeout_s,
         )
-        return ResetReply(
-            slot_ids=np.asarray(r.slot_ids, dtype=np.int64),
-            observations=tensor.from_proto(r.observations, field="observations"),
-            timing=r.timing,
-        )
+        return reset_reply(r)
 
     async def step(self, slot_ids, actions: np.ndarray, *, timeout_s: float | None = None) -> StepReply:
         r = await self._stub.Step(
             pb.StepRequest(slot_ids=list(map(int, slot_ids)), actions=tensor.to_proto(actions)),
             timeout=self.timeout_s if timeout_s is None else timeout_s,
         )
-        return _step_reply(r)
+        return step_reply(r)
 
     def step_stream(self) -> "StepStream":
         return StepStream(self._stub.StepStream(timeout=None))
@@ -147,7 +153,7 @@ class StepStream:
         response = await self._call.read()
         if response is grpc.aio.EOF:
             raise await self._ended()
-        return _step_reply(response, sent_request_id=self._next_id)
+        return step_reply(response, sent_request_id=self._next_id)
 
     async def _ended(self) -> Exception:
         """What to raise for a stream that finished: its status as an AioRpcError (e.g. UNAVAILABLE:

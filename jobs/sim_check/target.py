@@ -24,7 +24,7 @@ from fast.rpc import Credentials, RpcClient, open_channel
 from fast.spaces import SpaceSpec, random_actions
 from fast.v1 import simulator_pb2 as pb
 from fast.v1 import simulator_pb2_grpc as pb_grpc
-from sim_server.client import ResetReply, ServerDescription, StepReply
+from sim_server.client import ResetReply, ServerDescription, StepReply, reset_reply, step_reply
 
 MAX_MESSAGE_BYTES = 64 << 20
 OK = grpc.StatusCode.OK
@@ -57,33 +57,23 @@ def rpc_text(exc: grpc.aio.AioRpcError) -> str:
 
 
 def decode_reset(r: pb.ResetResponse) -> ResetReply:
+    """The client's decoding, with BadAnswer for tensors that do not decode and None for no timing."""
     try:
-        observations = tensor.from_proto(r.observations, field="observations")
+        reply = reset_reply(r)
     except tensor.TensorError as exc:
         raise BadAnswer(str(exc)) from None
-    return ResetReply(
-        slot_ids=np.asarray(r.slot_ids, dtype=np.int64),
-        observations=observations,
-        timing=r.timing if r.HasField("timing") else None,
-    )
+    reply.timing = r.timing if r.HasField("timing") else None
+    return reply
 
 
 def decode_step(r: pb.StepResponse, sent_request_id: int = 0) -> StepReply:
     try:
-        decoded = {name: tensor.from_proto(getattr(r, name), field=name) for name in _STEP_TENSORS}
+        reply = step_reply(r, sent_request_id)
     except tensor.TensorError as exc:
         raise BadAnswer(str(exc)) from None
-    return StepReply(
-        slot_ids=np.asarray(r.slot_ids, dtype=np.int64),
-        episodes=list(r.episodes),
-        timing=r.timing if r.HasField("timing") else None,
-        request_id=r.request_id,
-        sent_request_id=sent_request_id,
-        **decoded,
-    )
+    reply.timing = r.timing if r.HasField("timing") else None
+    return reply
 
-
-_STEP_TENSORS = ("observations", "rewards", "terminated", "truncated")
 
 # The fields of an answer that broker/answers.py judges, in the order it judges them: a message
 # starts with its field ("rewards: ...", "timing.compute_s is ...").
