@@ -1,5 +1,7 @@
 """What the gateway adds: REST status and Prometheus scrapes against the same figures straight over gRPC,
-and how late a server-sent event arrives after its iteration ended, on a live local stack.
+and how late a server-sent event arrives after its iteration ended, on a live local stack. The floor
+printed first is an HTTP round trip to the gateway that asks no upstream (urllib, a new connection
+per call, as every REST figure here).
 
     python benchmarks/gateway_latency.py [--requests 200]
 
@@ -60,6 +62,7 @@ def main() -> None:
             grpc_status = _timed(
                 lambda: broker.GetRunStatus(broker_pb2.GetRunStatusRequest(), timeout=10), args.requests
             )
+        http_floor = _timed(lambda: rest("/healthz"), args.requests)  # an HTTP call that asks no upstream
         rest_status = _timed(lambda: rest("/v1/status"), args.requests)
         scrape = _timed(lambda: rest("/metrics"), max(args.requests // 4, 1))
 
@@ -73,6 +76,7 @@ def main() -> None:
                     delays.append(time.time() - metrics["time"])
                 if len(delays) >= args.events:
                     break
+    print(f"floor: GET /healthz (HTTP, no upstream):   {_percentiles(http_floor)}   ({args.requests} calls)")
     print(f"broker GetRunStatus over gRPC (sync stub):  {_percentiles(grpc_status)}   ({args.requests} calls)")
     print(f"GET /v1/status (broker + learner, JSON):    {_percentiles(rest_status)}   ({args.requests} calls)")
     print(f"GET /metrics (Prometheus exposition):       {_percentiles(scrape)}   ({len(scrape)} scrapes)")
