@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from fast.v1 import broker_pb2, learner_pb2
+from gateway.upstream import policy_version_lag
 
 _STATES = ("starting", "running", "pausing", "paused", "done", "failed")
 _LAST_ITERATION = {
@@ -69,7 +70,7 @@ def families(
             if learner.HasField("last_stats") and math.isfinite(value):
                 yield _gauge("fast_update_seconds" if name == "update_time_s" else f"fast_update_{name}", doc, value)
     if run is not None and learner is not None:
-        lag = max(learner.policy_version - run.policy_version, 0)
+        lag = policy_version_lag(run, learner)
         yield _gauge("fast_policy_version_lag", "The learner's version minus the broker's sampling version", lag)
 
 

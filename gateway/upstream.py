@@ -23,13 +23,11 @@ class UpstreamError(Exception):
 
     def __init__(self, service: str, address: str, code: grpc.StatusCode, details: str, deadline_s: float) -> None:
         super().__init__(f"{service} at {address}: {code.name}")
-        self.service, self.address, self.code, self.details, self.deadline_s = (
-            service,
-            address,
-            code,
-            details,
-            deadline_s,
-        )
+        self.service = service
+        self.address = address
+        self.code = code
+        self.details = details
+        self.deadline_s = deadline_s
 
 
 class Upstream:
@@ -74,6 +72,11 @@ class Upstream:
 
     async def close(self) -> None:
         await self._client.close()
+
+
+def policy_version_lag(run: broker_pb2.GetRunStatusResponse, learner: learner_pb2.GetStatusResponse) -> int:
+    """How many versions the learner is ahead of the policy the broker samples with."""
+    return max(learner.policy_version - run.policy_version, 0)
 
 
 class Upstreams:

@@ -10,6 +10,7 @@ from fast.v1 import broker_pb2, learner_pb2
 from gateway.convert import enum_word, to_plain
 from gateway.deps import UpstreamsDep
 from gateway.models import Status
+from gateway.upstream import policy_version_lag
 
 router = APIRouter(prefix="/v1", tags=["status"])
 
@@ -18,7 +19,7 @@ def status_view(run: broker_pb2.GetRunStatusResponse, learner: learner_pb2.GetSt
     plain = to_plain(run)
     plain["state"] = enum_word(plain["state"], "RUN_STATE_")
     plain["learner"] = to_plain(learner)
-    plain["policy_version_lag"] = max(learner.policy_version - run.policy_version, 0)
+    plain["policy_version_lag"] = policy_version_lag(run, learner)
     return Status.model_validate(plain)
 
 
