@@ -16,7 +16,7 @@ from fast.spaces import SpaceSpec
 from fast.v1 import learner_pb2
 from fast.v1 import simulator_pb2 as pb
 from learner.wire import batch_to_proto
-from sim_server.client import _step_reply
+from sim_server.client import step_reply
 
 _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "chaos.py"
 _spec = importlib.util.spec_from_file_location("fast_benchmark_chaos", _PATH)
@@ -54,7 +54,7 @@ def test_every_corruption_is_a_bad_answer_the_broker_names_by_field() -> None:
         proxy.streak = 0
         bad = proxy._answer(_answer([0, 1], np.ones((2, 3)), np.array([1.0, 2.0])))
         assert ledger.corrupted[-1]["kind"] == kind
-        problem = answers.step_problem(_step_reply(bad), asked, SPACE)
+        problem = answers.step_problem(step_reply(bad), asked, SPACE)
         assert problem.startswith(chaos.CORRUPTION_FIELD[kind] + ":"), problem
     # The real steps behind corrupted answers are spoiled, never produced; their slots forget what they held.
     assert len(ledger.spoiled) > 0 and not ledger.produced and proxy.before == {0: None, 1: None}
