@@ -185,45 +185,6 @@ MUTATING = {
 }
 
 
-# The calls added for the gateway that change a run: each refused the same way.
-MUTATING_LATER = {
-    "broker UpdateSettings": (
-        "broker",
-        broker_pb2_grpc.BrokerStub,
-        "UpdateSettings",
-        broker_pb2.UpdateSettingsRequest(alpha=0.3),
-    ),
-    "broker DetachSimulator": (
-        "broker",
-        broker_pb2_grpc.BrokerStub,
-        "DetachSimulator",
-        broker_pb2.DetachSimulatorRequest(address="127.0.0.1:1"),
-    ),
-    "learner UpdateHyperparameters": (
-        "learner",
-        learner_pb2_grpc.LearnerStub,
-        "UpdateHyperparameters",
-        learner_pb2.UpdateHyperparametersRequest(learning_rate=0.1),
-    ),
-    "learner SaveCheckpoint": (
-        "learner",
-        learner_pb2_grpc.LearnerStub,
-        "SaveCheckpoint",
-        learner_pb2.SaveCheckpointRequest(),
-    ),
-}
-
-
-@pytest.mark.parametrize("call", sorted(MUTATING_LATER))
-def test_the_gateway_calls_without_the_token_are_unauthenticated(stack, call: str) -> None:
-    service, stub_class, method, request = MUTATING_LATER[call]
-    with grpc.insecure_channel(stack[service].address) as channel:
-        for metadata in (None, [("authorization", f"Bearer {WRONG}")]):
-            with pytest.raises(grpc.RpcError) as refused:
-                getattr(stub_class(channel), method)(request, timeout=10, metadata=metadata)
-            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
-
-
 @pytest.mark.parametrize("service", sorted(MUTATING))
 def test_a_call_without_the_right_token_is_unauthenticated(stack, service: str) -> None:
     stub_class, method, request = MUTATING[service]
@@ -264,6 +225,46 @@ def test_the_right_token_is_answered(stack) -> None:
         stub = sim_pb2_grpc.SimulatorStub(channel)
         # The broker owns these slots; Describe changes nothing.
         assert stub.Describe(sim_pb2.DescribeRequest(), timeout=10, metadata=bearer).num_slots == 2
+
+
+# The calls added for the gateway that change a run: each refused the same way. After the test above,
+# whose check of the refusal log line must see its own call first (refusals are logged at most every 10 s).
+MUTATING_LATER = {
+    "broker UpdateSettings": (
+        "broker",
+        broker_pb2_grpc.BrokerStub,
+        "UpdateSettings",
+        broker_pb2.UpdateSettingsRequest(alpha=0.3),
+    ),
+    "broker DetachSimulator": (
+        "broker",
+        broker_pb2_grpc.BrokerStub,
+        "DetachSimulator",
+        broker_pb2.DetachSimulatorRequest(address="127.0.0.1:1"),
+    ),
+    "learner UpdateHyperparameters": (
+        "learner",
+        learner_pb2_grpc.LearnerStub,
+        "UpdateHyperparameters",
+        learner_pb2.UpdateHyperparametersRequest(learning_rate=0.1),
+    ),
+    "learner SaveCheckpoint": (
+        "learner",
+        learner_pb2_grpc.LearnerStub,
+        "SaveCheckpoint",
+        learner_pb2.SaveCheckpointRequest(),
+    ),
+}
+
+
+@pytest.mark.parametrize("call", sorted(MUTATING_LATER))
+def test_the_gateway_calls_without_the_token_are_unauthenticated(stack, call: str) -> None:
+    service, stub_class, method, request = MUTATING_LATER[call]
+    with grpc.insecure_channel(stack[service].address) as channel:
+        for metadata in (None, [("authorization", f"Bearer {WRONG}")]):
+            with pytest.raises(grpc.RpcError) as refused:
+                getattr(stub_class(channel), method)(request, timeout=10, metadata=metadata)
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
 def test_a_step_stream_without_the_token_ends_unauthenticated(stack) -> None:
