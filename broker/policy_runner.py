@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from fast.spaces import SpaceSpec
-from learner.policy import ActorCritic, import_weights
+from learner.policy import ActorCritic, ObservationNormalizer, import_weights
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -34,12 +34,18 @@ class Decision:
 
 class PolicyRunner:
     def __init__(
-        self, observation_space: SpaceSpec, action_space: SpaceSpec, hidden_sizes: tuple[int, ...], seed: int = 0
+        self,
+        observation_space: SpaceSpec,
+        action_space: SpaceSpec,
+        hidden_sizes: tuple[int, ...],
+        seed: int = 0,
+        *,
+        obs_norm: bool = False,
     ) -> None:
         self.observation_space = observation_space
         self.action_space = action_space
         torch.manual_seed(seed)
-        self.policy = ActorCritic(observation_space.shape, action_space, hidden_sizes)
+        self.policy = ActorCritic(observation_space.shape, action_space, hidden_sizes, obs_norm=obs_norm)
         self.policy.eval()
         self.version = -1
         self._rng = np.random.default_rng(seed)
@@ -64,9 +70,22 @@ class PolicyRunner:
             ]
 
         self._critic = layers(self.policy.critic)
+        normalizer = self.policy.obs_normalizer
+        self._obs_mean = self._obs_std = None
+        if normalizer is not None:  # the statistics shipped inside the weights (learner/policy.py)
+            self._obs_mean = normalizer.mean.numpy().astype(np.float32)
+            self._obs_std = np.sqrt(normalizer.var.numpy() + 1e-8).astype(np.float32)
         if self.action_space.kind == "box":
             self._actor = layers(self.policy.actor_mean)
             self._log_std = self.policy.actor_logstd.detach().numpy()[0].copy()  # [action_dim]
+
+    def _flat(self, obs: np.ndarray) -> np.ndarray:
+        """obs [k, *obs_shape] as the network's input [k, flat]: flattened, normalised when the policy is."""
+        flat = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+        if self._obs_mean is None:
+            return flat
+        clip = ObservationNormalizer.CLIP
+        return np.clip((flat - self._obs_mean) / self._obs_std, -clip, clip).astype(np.float32)
 
     @staticmethod
     def _forward(mlp: list[tuple[np.ndarray, np.ndarray]], x: np.ndarray) -> np.ndarray:
@@ -85,7 +104,7 @@ class PolicyRunner:
             return Decision(
                 actions, self.to_env(actions), logprob.numpy().astype(np.float32), value.numpy().astype(np.float32)
             )
-        flat = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+        flat = self._flat(obs)
         mean = self._forward(self._actor, flat)  # [k, action_dim]
         noise = self._rng.standard_normal(mean.shape, dtype=np.float32)
         actions = (mean + np.exp(self._log_std) * noise).astype(np.float32).reshape(-1, *self.action_space.shape)
@@ -97,7 +116,7 @@ class PolicyRunner:
     @torch.no_grad()
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
         """The mode of the policy (mean action / argmax), for evaluation; env-ready."""
-        flat = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+        flat = self._flat(obs)
         if self.action_space.kind == "box":
             return self.to_env(
                 self._forward(self._actor, flat).reshape(-1, *self.action_space.shape).astype(np.float32)
@@ -106,7 +125,7 @@ class PolicyRunner:
 
     def value(self, obs: np.ndarray) -> np.ndarray:
         """V(obs) for obs [k, *obs_shape]."""
-        flat = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+        flat = self._flat(obs)
         return self._forward(self._critic, flat)[:, 0].astype(np.float32)
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:

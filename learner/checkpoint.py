@@ -40,7 +40,7 @@ from fast.spaces import SpaceSpec, space_from_proto, space_to_proto
 from fast.tensor import TensorError
 from fast.v1 import tensor_pb2
 from learner.hyperparameters import usable
-from learner.policy import ActorCritic, export_weights
+from learner.policy import ActorCritic, export_weights, fit_normalizer
 from learner.wire import CheckpointInfo, Hyperparameters
 
 FORMAT = "fast.learner.checkpoint/1"
@@ -226,6 +226,7 @@ def policy_weights(checkpoint: Checkpoint) -> bytes:
     import_weights take); CheckpointError naming the file if the weights do not fit its spaces."""
     try:
         policy = ActorCritic(checkpoint.observation_space.shape, checkpoint.action_space, checkpoint.hidden_sizes)
+        fit_normalizer(policy, checkpoint.learner_state["policy"])
         policy.load_state_dict(checkpoint.learner_state["policy"])
     except (KeyError, RuntimeError, ValueError) as error:
         raise CheckpointError(

@@ -36,6 +36,12 @@ class LearnerConfig(TlsSettings):  # tls_cert, tls_key, tls_ca, tls_server_name:
     # Model and device.
     device: str | None = None  # None: CUDA when present, else CPU; "cpu", "cuda" or "cuda:<index>"
     hidden_sizes: list[int] = Field(default_factory=lambda: [64, 64], min_length=1)
+    # The Gaussian policy's initial log standard deviation (Box actions): 0 is std 1, CleanRL's.
+    init_log_std: float = Field(0.0, ge=-5.0, le=2.0)
+    # Normalise observations with running statistics kept in the policy's weights (learner/policy.py).
+    obs_norm: bool = False
+    # Anneal the learning rate linearly to lr / N over the first N updates (0: constant).
+    anneal_lr_updates: int = Field(0, ge=0)
 
     # PPO (learner.ppo.PPOConfig). `seed` also seeds the network's initial weights.
     gamma: float = Field(_DEFAULT_PPO.gamma, ge=0.0, le=1.0)
@@ -49,6 +55,7 @@ class LearnerConfig(TlsSettings):  # tls_cert, tls_key, tls_ca, tls_server_name:
     max_grad_norm: float = Field(_DEFAULT_PPO.max_grad_norm, gt=0.0)  # inf disables clipping
     norm_adv: bool = _DEFAULT_PPO.norm_adv
     clip_vloss: bool = _DEFAULT_PPO.clip_vloss
+    norm_reward: bool = _DEFAULT_PPO.norm_reward
     seed: int = Field(_DEFAULT_PPO.seed, ge=0)
 
     @field_validator("device")

@@ -261,7 +261,13 @@ class LearnerCore:
                 # Seeded on the CPU, then moved: the same initial weights on every device,
                 # without disturbing the process's global RNG.
                 torch.manual_seed(self.config.seed)
-                policy = ActorCritic(tuple(observation_space.shape), action_spec, self._hidden_sizes)
+                policy = ActorCritic(
+                    tuple(observation_space.shape),
+                    action_spec,
+                    self._hidden_sizes,
+                    init_log_std=self.config.init_log_std,
+                    obs_norm=self.config.obs_norm,
+                )
             self._learner = PPOLearner(policy, self._ppo_config_in_force(), device=self.device)
             self._spaces = (observation_space, action_space)
             self._version = 0
@@ -308,7 +314,11 @@ class LearnerCore:
                 self._update_in_flight = True
             stats = None
             try:
-                learner.set_hyperparameters(learning_rate=values.learning_rate, ent_coef=values.ent_coef)
+                learner.set_hyperparameters(
+                    learning_rate=values.learning_rate,
+                    ent_coef=values.ent_coef,
+                    lr_anneal_factor=self._anneal_factor(),
+                )
                 stats = self._update_or_roll_back(learner, batch)
             finally:
                 with self._hyperparameters_lock:
@@ -410,6 +420,13 @@ class LearnerCore:
                 "RolloutBatch.valid_mask: no valid transition; a batch needs at least one valid step"
             )
 
+    def _anneal_factor(self) -> float:
+        """What the learning rate in force is multiplied by for the next update: CleanRL's linear
+        annealing, 1 - v / N at version v, held at 1 / N (the last annealed step) after N updates.
+        A learning rate set over the API is annealed from the version it takes effect on the same way."""
+        n = self.config.anneal_lr_updates
+        return 1.0 if n <= 0 else max(1.0 - self._version / n, 1.0 / n)
+
     def _ppo_config_in_force(self) -> PPOConfig:
         values = self._hyperparameters
         return replace(self.ppo_config, lr=values.learning_rate, ent_coef=values.ent_coef)
@@ -471,6 +488,7 @@ class LearnerCore:
             self._configured_hyperparameters, checkpoint.hyperparameters, checkpoint.configured_hyperparameters
         )
         policy = ActorCritic(tuple(checkpoint.observation_space.shape), action_spec, checkpoint.hidden_sizes)
+        # A normaliser when the checkpoint's weights carry one (fit_normalizer), whatever the config says.
         learner = PPOLearner(policy, self.ppo_config, device=self.device)
         try:
             learner.load_state_dict(checkpoint.learner_state)

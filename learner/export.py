@@ -42,9 +42,10 @@ class DeterministicPolicy(nn.Module):
 
     def __init__(self, actor_critic: ActorCritic, action_space: SpaceSpec) -> None:
         super().__init__()
-        # Observation normalisation (issue 13), should the policy ever carry it, belongs here: applied
-        # to `obs` before the actor, with its running statistics as buffers, so an exported model reads
-        # raw observations exactly as the simulators send them.
+        # Observation normalisation, when the policy carries it: applied to `obs` before the actor, its
+        # running statistics exported as constants, so the model reads raw observations exactly as the
+        # simulators send them.
+        self.normalizer = actor_critic.obs_normalizer
         self.discrete = action_space.kind == "discrete"
         if self.discrete:
             self.actor = actor_critic.actor_logits
@@ -58,7 +59,10 @@ class DeterministicPolicy(nn.Module):
             self.register_buffer("high", torch.from_numpy(high.copy()))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        out = self.actor(obs.flatten(start_dim=1))  # [batch, action_dim or n]
+        flat = obs.flatten(start_dim=1)
+        if self.normalizer is not None:
+            flat = self.normalizer(flat)
+        out = self.actor(flat)  # [batch, action_dim or n]
         if self.discrete:
             return out.argmax(dim=-1)
         mean = out.reshape((-1, *self.action_shape))

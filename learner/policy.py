@@ -88,6 +88,51 @@ def parameter_count(obs_shape: Sequence[int], action_spec: Any, hidden_sizes: Se
     return actor + _mlp_parameters(flat_obs, hidden_sizes, 1)
 
 
+def merged_moments(
+    mean: torch.Tensor, var: torch.Tensor, count: float, x: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """(mean, population variance, count) of the data summarised by the first three plus the rows
+    of `x` `[B, *shape]` (float64, B >= 1): Chan et al.'s parallel merge, so a batch at a time gives
+    the same figures as one value at a time, to rounding."""
+    batch_mean, batch_var, batch_count = x.mean(0), x.var(0, unbiased=False), float(x.shape[0])
+    delta = batch_mean - mean
+    total = count + batch_count
+    m2 = var * count + batch_var * batch_count + delta.square() * (count * batch_count / total)
+    return mean + delta * (batch_count / total), m2 / total, total
+
+
+class ObservationNormalizer(nn.Module):
+    """(obs - mean) / sqrt(var + 1e-8), clipped to [-10, 10], with running statistics as buffers.
+
+    Buffers, so the statistics travel inside the policy's weights: the broker's inference, the
+    evaluation, checkpoints and exports all normalise with the ones the policy was trained with.
+    The learner merges each batch's valid observations after its update (learner/ppo.py).
+    """
+
+    CLIP = 10.0
+
+    def __init__(self, flat_dim: int) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(flat_dim, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(flat_dim, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
+
+    def forward(self, flat_obs: torch.Tensor) -> torch.Tensor:
+        mean, std = self.mean.to(flat_obs.dtype), (self.var + 1e-8).sqrt().to(flat_obs.dtype)
+        return ((flat_obs - mean) / std).clamp(-self.CLIP, self.CLIP)
+
+    @torch.no_grad()
+    def observe(self, flat_obs: torch.Tensor) -> None:
+        """Merge rows `[B, flat_dim]` into the statistics (Chan's parallel update, float64)."""
+        if flat_obs.shape[0] == 0:
+            return
+        x = flat_obs.detach().reshape(flat_obs.shape[0], -1).to(self.mean.device, torch.float64)
+        mean, var, count = merged_moments(self.mean, self.var, float(self.count), x)
+        self.mean.copy_(mean)
+        self.var.copy_(var)
+        self.count.fill_(count)
+
+
 class ActorCritic(nn.Module):
     """pi(a | s) and V(s) over observations `[*batch, *obs_shape]` (trailing dims are flattened)."""
 
@@ -96,6 +141,9 @@ class ActorCritic(nn.Module):
         obs_dim: int | Sequence[int],
         action_spec: Any,
         hidden_sizes: Sequence[int] = (64, 64),
+        *,
+        init_log_std: float = 0.0,
+        obs_norm: bool = False,
     ) -> None:
         super().__init__()
         self.obs_shape: tuple[int, ...] = (obs_dim,) if isinstance(obs_dim, int) else tuple(obs_dim)
@@ -106,17 +154,19 @@ class ActorCritic(nn.Module):
         if self.action_spec.kind == "box":
             self.action_dim = math.prod(self.action_spec.shape)
             self.actor_mean = _mlp(flat_obs, hidden_sizes, self.action_dim, out_std=0.01)
-            self.actor_logstd = nn.Parameter(torch.zeros(1, self.action_dim))
+            self.actor_logstd = nn.Parameter(torch.full((1, self.action_dim), float(init_log_std)))
         else:
             self.action_dim = self.action_spec.n
             self.actor_logits = _mlp(flat_obs, hidden_sizes, self.action_spec.n, out_std=0.01)
         self.critic = _mlp(flat_obs, hidden_sizes, 1, out_std=1.0)
+        self.obs_normalizer = ObservationNormalizer(flat_obs) if obs_norm else None
 
     def _flatten_obs(self, obs: torch.Tensor) -> torch.Tensor:
         if tuple(obs.shape[obs.ndim - len(self.obs_shape) :]) != self.obs_shape:
             expected = ", ".join(map(str, self.obs_shape))
             raise ValueError(f"obs: expected shape [*batch, {expected}], got {list(obs.shape)}")
-        return obs.flatten(start_dim=obs.ndim - len(self.obs_shape))  # [*batch, prod(obs_shape)]
+        flat = obs.flatten(start_dim=obs.ndim - len(self.obs_shape))  # [*batch, prod(obs_shape)]
+        return flat if self.obs_normalizer is None else self.obs_normalizer(flat)
 
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
         """V(s), shape `[*batch]`."""
@@ -150,6 +200,19 @@ class ActorCritic(nn.Module):
         return action, logprob, entropy, self.critic(flat_obs).squeeze(-1)
 
 
+def fit_normalizer(policy: nn.Module, state: dict) -> None:
+    """Give `policy` an observation normaliser when the weights in `state` carry one.
+
+    Weights describe themselves: a policy trained with observation normalisation ships its
+    statistics as `obs_normalizer.*` buffers, and whoever loads them (the broker's inference,
+    evaluation, a resumed learner) needs no flag to build the right network.
+    """
+    if isinstance(policy, ActorCritic) and policy.obs_normalizer is None:
+        if any(name.startswith("obs_normalizer.") for name in state):
+            device = next(policy.parameters()).device
+            policy.obs_normalizer = ObservationNormalizer(math.prod(policy.obs_shape)).to(device)
+
+
 def export_weights(policy: nn.Module) -> bytes:
     """The policy's `state_dict` as bytes (torch.save), device-independent (saved from CPU)."""
     buffer = io.BytesIO()
@@ -165,6 +228,7 @@ def import_weights(policy: nn.Module, data: bytes) -> None:
         raise ValueError(f"import_weights: not a weights payload ({type(error).__name__}: {error})") from error
     if not isinstance(state, dict):
         raise ValueError(f"import_weights: expected a state_dict, got {type(state).__name__}")
+    fit_normalizer(policy, state)
     try:
         policy.load_state_dict(state, strict=True)
     except RuntimeError as error:

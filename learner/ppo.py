@@ -18,7 +18,8 @@ import torch
 from learner.batch import RolloutBatch
 from learner.device import pick_device
 from learner.gae import masked_gae
-from learner.policy import ActorCritic
+from learner.normalize import RewardScaler
+from learner.policy import ActorCritic, fit_normalizer
 from learner.smpo import explained_variance, smpo_loss
 
 
@@ -37,6 +38,7 @@ class PPOConfig:
     max_grad_norm: float = 0.5  # global gradient-norm clip (math.inf disables)
     norm_adv: bool = True  # normalise advantages per minibatch over valid entries
     clip_vloss: bool = False  # CleanRL's clipped value loss
+    norm_reward: bool = False  # divide rewards by the running std of the discounted return (learner/normalize.py)
     seed: int = 1  # seeds the minibatch shuffling
 
     def __post_init__(self) -> None:
@@ -91,6 +93,8 @@ class PPOLearner:
         # independent of whatever else draws from torch's global RNG.
         self.shuffle_generator = torch.Generator(device="cpu").manual_seed(config.seed)
         self.param_dtype = next(self.policy.parameters()).dtype
+        self.reward_scaler = RewardScaler(config.gamma) if config.norm_reward else None
+        self.lr_anneal_factor = 1.0  # Adam's learning rate is config.lr times this (set_hyperparameters)
 
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         """One PPO update on `batch`; returns statistics (losses averaged over minibatch steps).
@@ -101,7 +105,7 @@ class PPOLearner:
         start = time.perf_counter()
         cfg = self.config
         # Read once: the values this update uses, reported with its statistics.
-        learning_rate = float(self.optimizer.param_groups[0]["lr"])
+        learning_rate, lr_anneal_factor = float(cfg.lr), self.lr_anneal_factor
         batch.validate(obs_shape=self.policy.obs_shape, action_shape=self._action_shape())
         if self.policy.action_spec.kind == "discrete" and batch.actions.dtype != torch.int64:
             raise ValueError(f"RolloutBatch.actions: a discrete policy needs int64 actions, got {batch.actions.dtype}")
@@ -110,7 +114,13 @@ class PPOLearner:
         num_valid = batch.num_valid
         if num_valid == 0:
             raise ValueError("PPOLearner.update: the batch has no valid transition (valid_mask is all False)")
-        batch = batch.to(self.device, dtype=self.param_dtype)
+        rewards = batch.rewards
+        if self.reward_scaler is not None:
+            # Statistics first, so the very first batch is scaled by its own magnitude. The critic
+            # learns scaled returns, so the batch's values and bootstrap values are in those units.
+            self.reward_scaler.observe(batch.rewards, batch.terminated | batch.truncated, batch.valid_mask)
+            rewards = batch.rewards / self.reward_scaler.scale
+        batch = replace(batch, rewards=rewards).to(self.device, dtype=self.param_dtype)
 
         advantages, returns = masked_gae(
             batch.rewards,
@@ -184,21 +194,31 @@ class PPOLearner:
         stats["num_valid"] = num_valid
         stats["num_total"] = batch.num_total
         stats["learning_rate"] = learning_rate
+        stats["lr_anneal_factor"] = lr_anneal_factor
         stats["ent_coef"] = float(cfg.ent_coef)
+        stats["reward_scale"] = self.reward_scaler.scale if self.reward_scaler is not None else 1.0
+        if self.policy.obs_normalizer is not None:
+            # After the update: this batch was sampled, and just learnt from, with the statistics
+            # it was sampled with; the next version ships the merged ones.
+            self.policy.obs_normalizer.observe(compact(batch.obs))
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         stats["update_time_s"] = time.perf_counter() - start
         return stats
 
-    def set_hyperparameters(self, *, learning_rate: float, ent_coef: float) -> None:
-        """Train with these from the next update on: Adam's learning rate and the loss's entropy weight.
+    def set_hyperparameters(self, *, learning_rate: float, ent_coef: float, lr_anneal_factor: float = 1.0) -> None:
+        """Train with these from the next update on: Adam's learning rate (`learning_rate` times
+        `lr_anneal_factor`, in (0, 1]) and the loss's entropy weight.
 
         Not to be called while `update` runs (LearnerCore calls it as an update starts, under its state
         lock); ValueError if PPOConfig refuses a value.
         """
+        if not 0.0 < lr_anneal_factor <= 1.0:
+            raise ValueError(f"lr_anneal_factor must be in (0, 1], got {lr_anneal_factor!r}")
         self.config = replace(self.config, lr=learning_rate, ent_coef=ent_coef)  # validated again
+        self.lr_anneal_factor = float(lr_anneal_factor)
         for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate
+            group["lr"] = learning_rate * lr_anneal_factor
 
     def state_dict(self) -> dict:
         """Everything needed to resume updates identically: weights, Adam state, shuffle RNG."""
@@ -206,12 +226,16 @@ class PPOLearner:
             "policy": self.policy.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "shuffle_generator": self.shuffle_generator.get_state(),
+            **({"reward_scaler": self.reward_scaler.state_dict()} if self.reward_scaler is not None else {}),
         }
 
     def load_state_dict(self, state: dict) -> None:
+        fit_normalizer(self.policy, state["policy"])
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.shuffle_generator.set_state(state["shuffle_generator"])
+        if self.reward_scaler is not None and "reward_scaler" in state:
+            self.reward_scaler.load_state_dict(state["reward_scaler"])
 
     def _action_shape(self) -> tuple[int, ...]:
         spec = self.policy.action_spec

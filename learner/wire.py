@@ -52,6 +52,8 @@ STATS_FIELDS = (
     "num_total",
     "learning_rate",
     "ent_coef",
+    "reward_scale",
+    "lr_anneal_factor",
 )
 # ExportPolicy's formats: the name the learner's code uses, and the wire's enum value.
 EXPORT_FORMATS = {"torchscript": pb.POLICY_FORMAT_TORCHSCRIPT, "onnx": pb.POLICY_FORMAT_ONNX}

@@ -42,7 +42,7 @@ class RolloutBatch(_message.Message):
     def __init__(self, policy_version: _Optional[int] = ..., obs: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., actions: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., logprobs: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., values: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., rewards: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., terminated: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., truncated: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., valid_mask: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., bootstrap_values: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class UpdateStats(_message.Message):
-    __slots__ = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "grad_norm", "update_time_s", "num_valid", "num_total", "learning_rate", "ent_coef")
+    __slots__ = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "grad_norm", "update_time_s", "num_valid", "num_total", "learning_rate", "ent_coef", "reward_scale", "lr_anneal_factor")
     POLICY_LOSS_FIELD_NUMBER: _ClassVar[int]
     VALUE_LOSS_FIELD_NUMBER: _ClassVar[int]
     ENTROPY_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,8 @@ class UpdateStats(_message.Message):
     NUM_TOTAL_FIELD_NUMBER: _ClassVar[int]
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
     ENT_COEF_FIELD_NUMBER: _ClassVar[int]
+    REWARD_SCALE_FIELD_NUMBER: _ClassVar[int]
+    LR_ANNEAL_FACTOR_FIELD_NUMBER: _ClassVar[int]
     policy_loss: float
     value_loss: float
     entropy: float
@@ -67,7 +69,9 @@ class UpdateStats(_message.Message):
     num_total: int
     learning_rate: float
     ent_coef: float
-    def __init__(self, policy_loss: _Optional[float] = ..., value_loss: _Optional[float] = ..., entropy: _Optional[float] = ..., approx_kl: _Optional[float] = ..., clip_fraction: _Optional[float] = ..., explained_variance: _Optional[float] = ..., grad_norm: _Optional[float] = ..., update_time_s: _Optional[float] = ..., num_valid: _Optional[int] = ..., num_total: _Optional[int] = ..., learning_rate: _Optional[float] = ..., ent_coef: _Optional[float] = ...) -> None: ...
+    reward_scale: float
+    lr_anneal_factor: float
+    def __init__(self, policy_loss: _Optional[float] = ..., value_loss: _Optional[float] = ..., entropy: _Optional[float] = ..., approx_kl: _Optional[float] = ..., clip_fraction: _Optional[float] = ..., explained_variance: _Optional[float] = ..., grad_norm: _Optional[float] = ..., update_time_s: _Optional[float] = ..., num_valid: _Optional[int] = ..., num_total: _Optional[int] = ..., learning_rate: _Optional[float] = ..., ent_coef: _Optional[float] = ..., reward_scale: _Optional[float] = ..., lr_anneal_factor: _Optional[float] = ...) -> None: ...
 
 class Policy(_message.Message):
     __slots__ = ("version", "weights", "hidden_sizes", "observation_space", "action_space")

@@ -170,6 +170,10 @@ class TrainingRun:
                 **self.token.env,
                 "FAST_LEARNER_GAMMA": repr(cfg.gamma),
                 "FAST_LEARNER_ENT_COEF": repr(cfg.ent_coef),
+                "FAST_LEARNER_NORM_REWARD": str(cfg.norm_reward).lower(),
+                "FAST_LEARNER_INIT_LOG_STD": repr(cfg.init_log_std),
+                "FAST_LEARNER_OBS_NORM": str(cfg.obs_norm).lower(),
+                "FAST_LEARNER_ANNEAL_LR_UPDATES": str(cfg.iterations if cfg.anneal_lr else 0),
             },
         )
         self.write_config()
