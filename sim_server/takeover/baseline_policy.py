@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim_server.takeover.dynamics import ACCEL_MAX, ACCEL_MIN, EGO_LENGTH, EGO_WIDTH, max_curvature
+from sim_server.takeover.dynamics import ACCEL_MAX, ACCEL_MIN, ACCEL_PER_UNIT, EGO_LENGTH, EGO_WIDTH, max_curvature
 from sim_server.takeover.observation import (
     AGENT_FEATURES,
     AGENT_LENGTH,
@@ -78,5 +78,5 @@ def lane_keeping_actions(obs: np.ndarray, cruise_fraction: float = 0.9) -> np.nd
     accel = 2.0 * (1.0 - (speed / (cruise_fraction * limit)) ** 4 - interaction)
     ttc = np.where(closing > 0.0, gap / np.maximum(closing, 1e-6), np.inf)
     accel = np.where(has_lead & (ttc < 1.5), ACCEL_MIN, accel)
-    longitudinal = np.where(accel >= 0.0, accel / ACCEL_MAX, -accel / ACCEL_MIN)
+    longitudinal = np.minimum(accel, ACCEL_MAX) / ACCEL_PER_UNIT  # dynamics.accel_command's inverse
     return np.stack([np.clip(longitudinal, -1.0, 1.0), steer], axis=1).astype(np.float32)
