@@ -342,3 +342,25 @@ def test_report_only_refuses_a_file_that_is_no_finished_benchmark_and_leaves_it(
         with pytest.raises(ValueError, match=f"is not the train.json of a finished .*{fault}"):
             rewrite_report(tmp_path)
         assert (tmp_path / "train.json").read_text() == text and not (tmp_path / "train.md").exists()
+
+
+def test_report_only_recomputes_every_run_for_a_new_target(tmp_path: Path) -> None:
+    """`--report-only --target-return X`: the times to target are those of X, not the stored target's."""
+    import shutil
+
+    from jobs.bench.train import rewrite_report
+
+    shutil.copy(Path(__file__).resolve().parents[1] / "benchmarks/results/train/train.json", tmp_path / "train.json")
+    stored = json.loads((tmp_path / "train.json").read_text())
+    finals = sorted(r["final_return"] for r in stored["runs"])
+    target = finals[len(finals) // 2]  # some runs reach it, some do not
+    assert target != stored["config"]["target_return"]
+    result = rewrite_report(tmp_path, target)
+    assert result["config"]["target_return"] == target
+    assert json.loads((tmp_path / "train.json").read_text())["config"]["target_return"] == target
+    for record in result["runs"]:
+        expected = time_to_target(record["eval_curve"], target)
+        assert record["time_to_target_s"] == (expected[0] if expected else None)
+    assert any(r["time_to_target_s"] is None for r in result["runs"])
+    assert any(r["time_to_target_s"] is not None for r in result["runs"])
+    assert f"Target: held-out return {target:g}" in (tmp_path / "train.md").read_text()

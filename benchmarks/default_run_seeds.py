@@ -1,0 +1,142 @@
+"""The default run over several seeds: `fast train --seed S` for each S, then one table.
+
+    .venv/bin/python benchmarks/default_run_seeds.py --seeds 0-4
+    .venv/bin/python benchmarks/default_run_seeds.py --seeds 0-4 --report-only   # the table of runs on disk
+
+Each seed is the whole local stack that `python3 dev.py train` starts, with every default
+(`--seed S --name default-seed-S`), one after the other so no run slows another. The table
+(mean, sample std and least of the held-out return and of the margin over the initial policy,
+and per seed the collision and off-road rates) goes to benchmarks/results/default-run/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYS = ("return_mean", "collided_rate", "off_road_rate", "length_mean", "route_progress_mean")
+
+
+def _seeds(text: str) -> list[int]:
+    if "-" in text:
+        lo, hi = text.split("-")
+        return list(range(int(lo), int(hi) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+def _commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True)
+    return done.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
+def run_seed(seed: int, runs_dir: Path, prefix: str) -> float:
+    started = time.perf_counter()
+    command = [sys.executable, "-m", "fast", "train", "--seed", str(seed), "--name", f"{prefix}{seed}"]
+    command += ["--runs-dir", str(runs_dir)]
+    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def collect(seeds: list[int], runs_dir: Path, prefix: str) -> dict:
+    out = {}
+    for seed in seeds:
+        run = runs_dir / f"{prefix}{seed}"
+        evaluation = json.loads((run / "eval.json").read_text())
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+        out[str(seed)] = {
+            "trained": {k: evaluation["trained"]["summary"][k] for k in KEYS},
+            "initial": {k: evaluation["initial"]["summary"][k] for k in KEYS},
+            "random": {k: evaluation["random"]["summary"][k] for k in KEYS},
+            "iterations": len(lines),
+            "run_s": json.loads(lines[-1])["time"]
+            - json.loads(lines[0])["time"]
+            + json.loads(lines[0])["iteration_time_s"],
+        }
+    return out
+
+
+def table(result: dict) -> str:
+    seeds = result["seeds"]
+    rows = [
+        "| seed | trained return | initial return | margin | random return | collision trained / initial "
+        "| off-road trained / initial | length trained / initial | run s |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for seed, r in seeds.items():
+        t, i = r["trained"], r["initial"]
+        margin = t["return_mean"] - i["return_mean"]
+        rows.append(
+            f"| {seed} | {t['return_mean']:.1f} | {i['return_mean']:.1f} | {margin:+.1f} | "
+            f"{r['random']['return_mean']:.1f} | {t['collided_rate']:.2f} / {i['collided_rate']:.2f} | "
+            f"{t['off_road_rate']:.2f} / {i['off_road_rate']:.2f} | "
+            f"{t['length_mean']:.0f} / {i['length_mean']:.0f} | {r['run_s']:.0f} |"
+        )
+    trained = [r["trained"]["return_mean"] for r in seeds.values()]
+    initial = [r["initial"]["return_mean"] for r in seeds.values()]
+    margin = [a - b for a, b in zip(trained, initial)]
+
+    def mean_of(policy: str, key: str) -> float:
+        return statistics.mean(r[policy][key] for r in seeds.values())
+
+    fewer_collisions = sum(r["trained"]["collided_rate"] < r["initial"]["collided_rate"] for r in seeds.values())
+    less_off_road = sum(r["trained"]["off_road_rate"] < r["initial"]["off_road_rate"] for r in seeds.values())
+    n = len(seeds)
+
+    def spread(xs: list[float]) -> str:
+        std = statistics.stdev(xs) if len(xs) > 1 else 0.0
+        return f"{statistics.mean(xs):.1f} ± {std:.1f} (least {min(xs):.1f})"
+
+    rows += [
+        "",
+        f"Over {n} seeds (mean ± sample std, least): trained {spread(trained)}; initial {spread(initial)}; "
+        f"margin {spread(margin)}. Fewer collisions than the initial policy in {fewer_collisions} of {n} seeds, "
+        f"less off-road in {less_off_road} of {n}; collision rate {mean_of('trained', 'collided_rate'):.2f} "
+        f"against {mean_of('initial', 'collided_rate'):.2f}, off-road {mean_of('trained', 'off_road_rate'):.2f} "
+        f"against {mean_of('initial', 'off_road_rate'):.2f}.",
+    ]
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", default="0-4")
+    parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs")
+    parser.add_argument("--prefix", default="default-seed-", help="run names are PREFIX<seed>")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/default-run")
+    parser.add_argument("--report-only", action="store_true", help="only tabulate runs already on disk")
+    args = parser.parse_args()
+    seeds = _seeds(args.seeds)
+    if not args.report_only:
+        for seed in seeds:
+            seconds = run_seed(seed, args.runs_dir, args.prefix)
+            print(f"seed {seed}: {seconds:.0f} s", flush=True)
+    result = {
+        "command": f"python benchmarks/default_run_seeds.py --seeds {args.seeds}  (fast train --seed S, every other "
+        "setting the default of `python3 dev.py train`)",
+        "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, {time.strftime('%Y-%m-%d')}",
+        "commit": _commit(),
+        "seeds": collect(seeds, args.runs_dir, args.prefix),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "seeds.json").write_text(json.dumps(result, indent=1))
+    text = table(result)
+    print(text)
+    (args.out / "seeds.md").write_text(
+        "# The default run over several seeds\n\n"
+        f"    {result['command']}\n\n"
+        f"{result['machine']}, commit {result['commit']}. Evaluation as in the README: the 20 held-out clips x 3 "
+        "episodes, deterministic actions for both network policies, the same episodes for each policy.\n\n"
+        f"{text}\n"
+    )
+
+
+if __name__ == "__main__":
+    main()

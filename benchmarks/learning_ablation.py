@@ -1,0 +1,325 @@
+"""Which learning levers make the default run learn in every seed? An in-process ablation.
+
+Runs the default training job's loop (`fast train`'s settings: takeover workload, 10 slots,
+mode `fast`, alpha 0.5, t_max 200, 2,048 valid transitions per iteration, PPO 10 x 8) in one
+process, with the real pieces but no sockets: the simulator servers' `Simulator` (cost model
+off), the broker's DPSA `LockstepSampler`, `PolicyRunner` and `ClipDealer`, the learner's
+`ActorCritic` and `PPOLearner`, and the evaluation `fast train` ends with (20 held-out clips x
+3 episodes, deterministic actions). Screening 5 seeds of each variant this way costs minutes
+instead of the hours that `fast train` would take on a 2-core machine; the variant kept is
+then measured with `fast train` itself (benchmarks/results/default-run/).
+
+    .venv/bin/python benchmarks/learning_ablation.py --variants baseline,norm_reward --seeds 0-4 --jobs 2
+
+Each (variant, seed) runs in its own process with one torch thread; `--jobs` of them at once.
+Results go to benchmarks/results/learning-ablation/ (runs.jsonl, one line per run, and
+ablation.md, the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# Each variant: the changes from the harness's base (the defaults of `fast train` before this
+# ablation). Keys: PPOConfig fields, `init_log_std`, `obs_norm`, `anneal_lr`, `iterations`.
+VARIANTS: dict[str, dict] = {
+    "baseline": {},
+    "norm_reward": {"norm_reward": True},
+    "init_log_std": {"init_log_std": -0.5},
+    "anneal_lr": {"anneal_lr": True},
+    "clip_vloss": {"clip_vloss": True},
+    "obs_norm": {"obs_norm": True},
+    "norm_reward+log_std": {"norm_reward": True, "init_log_std": -0.5},
+    "norm_reward+log_std+anneal": {"norm_reward": True, "init_log_std": -0.5, "anneal_lr": True},
+    "norm_reward+log_std+obs_norm": {"norm_reward": True, "init_log_std": -0.5, "obs_norm": True},
+    "norm_reward+log_std+anneal+obs_norm": {
+        "norm_reward": True,
+        "init_log_std": -0.5,
+        "anneal_lr": True,
+        "obs_norm": True,
+    },
+    "norm_reward+anneal": {"norm_reward": True, "anneal_lr": True},
+    "levers+gamma995": {"norm_reward": True, "init_log_std": -0.5, "anneal_lr": True, "gamma": 0.995},
+    "levers+crash50": {"norm_reward": True, "init_log_std": -0.5, "anneal_lr": True, "collision_penalty": 50.0},
+    "baseline+crash50": {"collision_penalty": 50.0},
+    "linear_accel": {"accel_map": "linear"},
+    "linear_accel+crash50": {"accel_map": "linear", "collision_penalty": 50.0},
+    "init_log_std-1": {"init_log_std": -1.0},
+    "init_log_std-1.5": {"init_log_std": -1.5},
+    "norm_reward+log_std-1+anneal": {"norm_reward": True, "init_log_std": -1.0, "anneal_lr": True},
+    "norm_reward+log_std-1": {"norm_reward": True, "init_log_std": -1.0},
+    "norm_reward+ent": {"norm_reward": True, "ent_coef": 0.001},
+    "norm_reward+grad_clip_off": {"norm_reward": True, "max_grad_norm": math.inf},
+}
+
+
+def _linear_accel(longitudinal):
+    import numpy as np
+
+    return np.minimum(longitudinal * 6.0, 3.0)
+
+
+def _workload_accel():
+    from sim_server.takeover import dynamics
+
+    return dynamics.accel_command
+
+
+WORKLOAD_COLLISION_PENALTY = 10.0  # sim_server/takeover/reward.py's, restored before every run
+
+BASE = {
+    "iterations": 350,
+    "slots": 10,
+    "alpha": 0.5,
+    "t_max": 200,
+    "samples_per_iteration": 2048,
+    "lr": 3e-4,
+    "update_epochs": 10,
+    "num_minibatches": 8,
+    "gamma": 0.99,
+    "eval_episodes_per_clip": 3,
+}
+
+
+class InProcessPool:
+    """The broker's SimulatorPool interface over one in-process `Simulator` (no gRPC, no faults)."""
+
+    def __init__(self, num_slots: int) -> None:
+        import numpy as np
+
+        from sim_server.cost_model import CostModel, cost_model_config
+        from sim_server.environments import make_env
+        from sim_server.simulator import Simulator
+
+        env = make_env("takeover", num_slots)
+        self.sim = Simulator(env, CostModel(cost_model_config("off")))
+        self.observation_space, self.action_space = env.observation_space, env.action_space
+        self.num_clips = env.num_clips
+        self.slot_server = np.zeros(num_slots, dtype=np.int64)
+        self.servers = [SimpleNamespace(address="in-process", up=True, dropped=False, last_error="")]
+        self._np = np
+
+    @property
+    def num_slots(self) -> int:
+        return int(self.slot_server.size)
+
+    def up_mask(self):
+        return self._np.ones(self.num_slots, dtype=bool)
+
+    async def readmit_due(self) -> None:
+        return None
+
+    async def reset(self, slots, clips, seeds, *, batched: bool = True):
+        from broker.pool import PoolReset
+
+        obs, _ = await self.sim.reset(slots, clips, seeds)
+        return PoolReset(observations=obs, failed=self._np.zeros(slots.size, dtype=bool), calls=1)
+
+    async def step(self, slots, actions):
+        from broker.pool import PoolStep
+
+        out = await self.sim.step(slots, actions)
+        r = out.result
+        episodes = {
+            int(e.slot_id): SimpleNamespace(
+                metrics=e.metrics, episode_return=float(e.metrics.get("return", float("nan")))
+            )
+            for e in out.episodes
+        }
+        return PoolStep(
+            observations=r.observations,
+            rewards=r.rewards,
+            terminated=r.terminated,
+            truncated=r.truncated,
+            failed=self._np.zeros(slots.size, dtype=bool),
+            episodes=episodes,
+        )
+
+
+ACCEL_MAPS: dict = {}
+
+
+def run_one(variant: str, seed: int, iterations: int | None) -> dict:
+    """Train one (variant, seed) to the end and evaluate initial and final policies."""
+    import torch
+
+    torch.set_num_threads(1)
+    ACCEL_MAPS.setdefault("workload", _workload_accel())  # captured before any run patches it
+    ACCEL_MAPS["linear"] = _linear_accel
+    return asyncio.run(_run(variant, seed, iterations))
+
+
+async def _run(variant: str, seed: int, iterations: int | None) -> dict:
+    import torch
+
+    from broker.dealer import HOLDOUT_EVERY, ClipDealer, holdout_clips
+    from broker.evaluate import evaluate, summarize
+    from broker.policy_runner import PolicyRunner
+    from broker.samplers.fast import Dpsa
+    from broker.samplers.lockstep import LockstepSampler
+    from learner.batch import RolloutBatch
+    from learner.policy import ActorCritic, export_weights
+    from learner.ppo import PPOConfig, PPOLearner
+
+    settings = {**BASE, **VARIANTS[variant]}
+    if iterations is not None:
+        settings["iterations"] = iterations
+    # The workload's crash term, for this process only (set on every run: a worker process runs
+    # several variants one after another): what a heavier crash term would teach.
+    from sim_server.takeover import reward
+
+    reward.COLLISION_PENALTY = settings.get("collision_penalty", WORKLOAD_COLLISION_PENALTY)
+    # The longitudinal action map: the workload's (3 m/s^2 per unit forward, 6 braking, a kink at
+    # 0), or "linear": 6 m/s^2 per unit both ways, capped at +3 (the same range, no kink at 0).
+    from sim_server.takeover import dynamics
+
+    dynamics.accel_command = ACCEL_MAPS[settings.get("accel_map", "workload")]
+    ppo_fields = set(PPOConfig.__dataclass_fields__)
+    ppo = PPOConfig(**{k: v for k, v in settings.items() if k in ppo_fields}, seed=seed)
+    pool = InProcessPool(settings["slots"])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        policy = ActorCritic(
+            tuple(pool.observation_space.shape),
+            pool.action_space,
+            (64, 64),
+            init_log_std=settings.get("init_log_std", 0.0),
+            obs_norm=settings.get("obs_norm", False),
+        )
+    learner = PPOLearner(policy, ppo, device="cpu")
+    runner = PolicyRunner(
+        pool.observation_space, pool.action_space, (64, 64), seed=seed, obs_norm=settings.get("obs_norm", False)
+    )
+    runner.load(0, export_weights(learner.policy))
+    held_out = holdout_clips(pool.num_clips, HOLDOUT_EVERY)
+    episodes = settings["eval_episodes_per_clip"]
+    initial = summarize(await evaluate(pool, runner, held_out, episodes, seed))
+
+    dealer = ClipDealer(pool.num_clips, holdout_every=HOLDOUT_EVERY, seed=seed)
+    sampler = LockstepSampler(
+        pool,
+        runner,
+        dealer,
+        Dpsa(settings["alpha"], settings["t_max"]),
+        samples_per_iteration=settings["samples_per_iteration"],
+    )
+    started = time.perf_counter()
+    curve = []
+    total = settings["iterations"]
+    for version in range(total):
+        if settings.get("anneal_lr"):
+            # CleanRL's linear annealing: lr * (1 - update / total), the last update at lr / total.
+            learner.set_hyperparameters(
+                learning_rate=settings["lr"], ent_coef=ppo.ent_coef, lr_anneal_factor=1 - version / total
+            )
+        arrays, stats = await sampler.sample()
+        batch = RolloutBatch.from_numpy({**arrays, "policy_version": version})
+        update = learner.update(batch)
+        runner.load(version + 1, export_weights(learner.policy))
+        summary = stats.summary()
+        curve.append(
+            {
+                "episode_return_mean": summary.get("episode_return_mean"),
+                "value_loss": update["value_loss"],
+                "grad_norm": update["grad_norm"],
+                "entropy": update["entropy"],
+            }
+        )
+    final = summarize(await evaluate(pool, runner, held_out, episodes, seed))
+    keys = ("return_mean", "collided_rate", "off_road_rate", "length_mean")
+    return {
+        "variant": variant,
+        "seed": seed,
+        "settings": {k: v for k, v in settings.items() if not (isinstance(v, float) and math.isinf(v))},
+        "iterations": total,
+        "train_s": time.perf_counter() - started,
+        "initial": {k: initial[k] for k in keys},
+        "final": {k: final[k] for k in keys},
+        "curve": curve,
+    }
+
+
+def _seeds(text: str) -> list[int]:
+    if "-" in text:
+        lo, hi = text.split("-")
+        return list(range(int(lo), int(hi) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+def table(runs: list[dict]) -> str:
+    """The ablation table: per variant, mean / min over seeds of return, margin and rates."""
+    import numpy as np
+
+    lines = [
+        "| variant | seeds | trained return mean ± std (min) | margin over initial mean (min) | "
+        "seeds beating initial | collision trained / initial | off-road trained / initial | "
+        "seeds with fewer collisions | train s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for variant in dict.fromkeys(r["variant"] for r in runs):
+        rs = [r for r in runs if r["variant"] == variant]
+        final = np.array([r["final"]["return_mean"] for r in rs])
+        margin = final - np.array([r["initial"]["return_mean"] for r in rs])
+        col_f = np.array([r["final"]["collided_rate"] for r in rs])
+        col_i = np.array([r["initial"]["collided_rate"] for r in rs])
+        off_f = np.array([r["final"]["off_road_rate"] for r in rs])
+        off_i = np.array([r["initial"]["off_road_rate"] for r in rs])
+        std = final.std(ddof=1) if len(rs) > 1 else 0.0
+        lines.append(
+            f"| {variant} | {len(rs)} | {final.mean():.1f} ± {std:.1f} ({final.min():.1f}) | "
+            f"{margin.mean():+.1f} ({margin.min():+.1f}) | {(margin > 0).sum()}/{len(rs)} | "
+            f"{col_f.mean():.2f} / {col_i.mean():.2f} | {off_f.mean():.2f} / {off_i.mean():.2f} | "
+            f"{(col_f < col_i).sum()}/{len(rs)} | {np.mean([r['train_s'] for r in rs]):.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--variants", default="baseline,norm_reward", help=f"comma list of {', '.join(VARIANTS)}")
+    parser.add_argument("--seeds", default="0-4", help="e.g. 0-4 or 0,2")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once (one process each)")
+    parser.add_argument("--iterations", type=int, default=None, help="override the 350 iterations")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/learning-ablation")
+    parser.add_argument("--table-only", action="store_true", help="print the table of the runs on record")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = args.out / "runs.jsonl"
+    if not args.table_only:
+        variants = args.variants.split(",")
+        unknown = [v for v in variants if v not in VARIANTS]
+        if unknown:
+            parser.error(f"--variants: unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+        jobs = [(v, s) for v in variants for s in _seeds(args.seeds)]
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        with ProcessPoolExecutor(args.jobs) as executor:
+            futures = [executor.submit(run_one, v, s, args.iterations) for v, s in jobs]
+            for future in futures:
+                result = future.result()
+                with log.open("a") as f:
+                    f.write(json.dumps(result) + "\n")
+                i, fi = result["initial"], result["final"]
+                print(
+                    f"{result['variant']:>34} seed {result['seed']}: return {i['return_mean']:.1f} -> "
+                    f"{fi['return_mean']:.1f}, collided {i['collided_rate']:.2f} -> {fi['collided_rate']:.2f}, "
+                    f"off-road {i['off_road_rate']:.2f} -> {fi['off_road_rate']:.2f} ({result['train_s']:.0f} s)",
+                    flush=True,
+                )
+    runs = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    print(table(runs))
+
+
+if __name__ == "__main__":
+    main()
