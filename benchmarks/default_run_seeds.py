@@ -63,6 +63,30 @@ def collect(seeds: list[int], runs_dir: Path, prefix: str) -> dict:
     return out
 
 
+def summary_table(result: dict) -> str:
+    """Mean ± sample std over the seeds of each policy's held-out figures (the README's table)."""
+    seeds = list(result["seeds"].values())
+    names = {
+        "return_mean": ("return", 1),
+        "collided_rate": ("collision rate", 2),
+        "off_road_rate": ("off-road rate", 2),
+        "length_mean": ("mean episode length (steps)", 0),
+        "route_progress_mean": ("route progress", 2),
+    }
+    rows = [
+        f"| over {len(seeds)} seeds, mean ± std | trained (v350) | initial (v0) | random actions |",
+        "|---|---:|---:|---:|",
+    ]
+    for key, (label, digits) in names.items():
+        cells = []
+        for policy in ("trained", "initial", "random"):
+            xs = [r[policy][key] for r in seeds]
+            std = statistics.stdev(xs) if len(xs) > 1 else 0.0
+            cells.append(f"{statistics.mean(xs):.{digits}f} ± {std:.{digits}f}")
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def table(result: dict) -> str:
     seeds = result["seeds"]
     rows = [
@@ -127,7 +151,7 @@ def main() -> None:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "seeds.json").write_text(json.dumps(result, indent=1))
-    text = table(result)
+    text = summary_table(result) + "\n\n" + table(result)
     print(text)
     (args.out / "seeds.md").write_text(
         "# The default run over several seeds\n\n"

@@ -34,6 +34,8 @@ _UPDATE = {
     "update_time_s": "Seconds of the last update",
     "learning_rate": "Learning rate of the last update",
     "ent_coef": "Entropy coefficient of the last update",
+    "reward_scale": "What the last update divided rewards by (1 without reward normalisation)",
+    "lr_anneal_factor": "Annealing factor of the last update's learning rate (1 without annealing)",
 }
 
 
