@@ -53,7 +53,6 @@ VARIANTS: dict[str, dict] = {
 }
 
 
-
 def _kinked_accel(longitudinal):
     import numpy as np
 
@@ -312,7 +311,7 @@ def main() -> None:
     (args.out / "ablation.md").write_text(
         "# Learning ablation\n\n"
         "    .venv/bin/python benchmarks/learning_ablation.py --variants V1,V2,... --seeds 0-2 --jobs 2\n\n"
-        "The default run's loop in one process (docs/learning.md, \"The ablation\"): 350 iterations of 2,048 "
+        'The default run\'s loop in one process (docs/learning.md, "The ablation"): 350 iterations of 2,048 '
         "valid transitions, 10 slots, mode fast, alpha 0.5, t_max 200, PPO 10 x 8, then the 20 held-out clips x 3 "
         "episodes with deterministic actions for the initial and the final policy. Each variant names its "
         "changes from that (`VARIANTS` in the script); `kinked:` rows play the takeover workload with its "
