@@ -56,7 +56,8 @@ def _same(a, b) -> bool:
 def _learner_complete(learner: dict) -> dict:
     """The learner dict as it comes back: every UpdateStats field, the unset ones 0."""
     names = ["value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm", "update_time_s"]
-    return {**dict.fromkeys([*names, "learning_rate", "ent_coef"], 0.0), **learner}
+    hyperparameters = ["learning_rate", "ent_coef", "reward_scale", "lr_anneal_factor"]
+    return {**dict.fromkeys([*names, *hyperparameters], 0.0), **learner}
 
 
 @pytest.mark.parametrize("episodes", [True, False])
