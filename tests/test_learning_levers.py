@@ -14,15 +14,15 @@ import numpy as np
 import onnxruntime
 import pytest
 import torch
-from test_learner_service import ACTION_SPACE, OBS_SPACE, make_arrays
+from test_learner_hyperparameters import _batch, _core
+from test_learner_service import ACTION_SPACE, OBS_SPACE
+from test_policy_runner import _box
 from test_ppo import CONFIG, OBS_DIM, compacted, make_policy, padded_batch
 
 from broker.policy_runner import PolicyRunner
 from broker.settings import learner_changes
 from fast.spaces import SpaceSpec
 from learner.batch import RolloutBatch
-from learner.config import LearnerConfig
-from learner.core import LearnerCore
 from learner.export import export_policy
 from learner.normalize import RunningMeanStd, discounted_returns
 from learner.policy import ActionSpec, ActorCritic, export_weights, import_weights
@@ -124,12 +124,6 @@ def test_update_resumes_identically_with_the_statistics() -> None:
 # -- the normalised policy reaches every consumer ------------------------------------------------------
 
 
-def _box(shape, low, high) -> SpaceSpec:
-    return SpaceSpec(
-        "box", shape, np.dtype(np.float32), np.full(shape, low, np.float32), np.full(shape, high, np.float32)
-    )
-
-
 def trained_normalizer_policy(obs_space: SpaceSpec, act_space: SpaceSpec, hidden=(16, 16)) -> ActorCritic:
     torch.manual_seed(4)
     policy = ActorCritic(obs_space.shape, act_space, hidden, obs_norm=True, init_log_std=-0.7)
@@ -188,15 +182,6 @@ def test_weights_without_a_normaliser_do_not_load_into_a_normalised_policy() -> 
 
 
 # -- the learner service: annealing, and a restart with the statistics ------------------------------------
-
-
-def _core(directory: Path, **settings) -> LearnerCore:
-    settings = {"checkpoint_dir": directory, "update_epochs": 2, "num_minibatches": 2, **settings}
-    return LearnerCore(LearnerConfig(**settings))
-
-
-def _batch(version: int, seed: int = 0) -> RolloutBatch:
-    return RolloutBatch.from_numpy({**make_arrays(seed=seed, steps=16), "policy_version": version})
 
 
 def test_learning_rate_anneals_linearly_and_is_no_settings_change(tmp_path: Path) -> None:
