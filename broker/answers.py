@@ -41,6 +41,11 @@ def description_problem(desc: ServerDescription) -> str:
         return f"num_slots is {desc.num_slots}; a server must have 1 to {MAX_SLOTS_PER_SERVER} slots"
     if desc.num_clips < 1:
         return f"num_clips is {desc.num_clips}; a server must have at least one clip"
+    maps = desc.clip_map_ids
+    if maps.size and maps.size != desc.num_clips:
+        return f"clip_map_ids has {maps.size} entries for {desc.num_clips} clips; give one map id per clip, or none"
+    if maps.size and maps.min() < 0:
+        return "clip_map_ids holds a negative map id; map ids are >= 0"
     return ""
 
 
@@ -154,4 +159,7 @@ def _timing_problem(timing: pb.ServerTiming | None) -> str:
         value = getattr(timing, name)
         if not (math.isfinite(value) and value >= 0):
             return f"timing.{name} is {value}; a duration is finite and not negative"
+    for name in ("map_loads", "map_cache_hits"):
+        if getattr(timing, name) < 0:
+            return f"timing.{name} is {getattr(timing, name)}; a count is not negative"
     return ""

@@ -133,6 +133,23 @@ class ServerHandle:
     # Its Describe's Capabilities (the last one it answered): StepStream is implemented; Reset takes several slots.
     streaming_step: bool = True
     batched_reset: bool = True
+    cost_model: pb.CostModel | None = None  # the emulated costs its Describe reported
+
+
+@dataclass
+class PoolCounters:
+    """What the pool's answered calls add up to since it started: a benchmark takes the difference
+    around a measurement (the step latency really paid, the map cache's hit rate)."""
+
+    step_calls: int = 0
+    step_server_s: float = 0.0  # compute + emulated of each answered Step call, summed (queueing apart)
+    reset_calls: int = 0
+    reset_slots: int = 0
+    map_loads: int = 0  # reset slots that loaded their map from scratch (servers that count them)
+    map_cache_hits: int = 0
+
+    def since(self, earlier: PoolCounters) -> PoolCounters:
+        return PoolCounters(**{k: getattr(self, k) - getattr(earlier, k) for k in self.__dataclass_fields__})
 
 
 @dataclass
@@ -185,6 +202,9 @@ class SimulatorPool:
         self.num_clips = 0
         self.slot_server = np.zeros(0, dtype=np.int64)  # [N] server index of each global slot
         self.slot_local = np.zeros(0, dtype=np.int64)  # [N] local slot id on its server
+        # [num_clips] map id of each clip, from the first server's Describe; empty when it did not say.
+        self.clip_map_ids = np.zeros(0, dtype=np.int64)
+        self.counters = PoolCounters()
 
     @property
     def num_slots(self) -> int:
@@ -212,6 +232,7 @@ class SimulatorPool:
         if self.observation_space is None:  # the first server sets the pool's spaces
             self.observation_space, self.action_space = desc.observation_space, desc.action_space
             self.num_clips = desc.num_clips
+            self.clip_map_ids = desc.clip_map_ids
         handle = ServerHandle(len(self.servers), address, client, desc.env_id, desc.num_slots, self.num_slots)
         _take_capabilities(handle, desc, first=True)
         self.servers.append(handle)
@@ -379,6 +400,8 @@ class SimulatorPool:
                 out.episodes[server.slot_offset + episode.slot_id] = episode
             t = reply.timing
             out.server_s = max(out.server_s, t.compute_s + t.emulated_s + t.queued_s)
+            self.counters.step_calls += 1
+            self.counters.step_server_s += t.compute_s + t.emulated_s
             server.bad_answers = 0  # a good Step answer: it works again
 
         await asyncio.gather(*(call(self.servers[s], pos) for s, pos in groups.items()))
@@ -425,6 +448,10 @@ class SimulatorPool:
             out.observations[positions] = reply.observations
             timing = reply.timing
             out.server_s = max(out.server_s, timing.compute_s + timing.emulated_s + timing.queued_s)
+            self.counters.reset_calls += 1
+            self.counters.reset_slots += positions.size
+            self.counters.map_loads += timing.map_loads
+            self.counters.map_cache_hits += timing.map_cache_hits
 
         calls = []
         for s, positions in self._by_server(slots).items():
@@ -519,6 +546,7 @@ def _take_capabilities(server: ServerHandle, desc: ServerDescription, *, first: 
         else:
             log.warning("simulator %s: no batched Reset, sending one Reset per slot", server.address)
     server.streaming_step, server.batched_reset = desc.streaming_step, desc.batched_reset
+    server.cost_model = desc.cost_model
 
 
 def moving_average(previous: float, sample: float, weight: float = LATENCY_EMA_WEIGHT) -> float:

@@ -34,6 +34,8 @@ class ServerDescription:
     # Its Capabilities: Reset takes several slots in one call; StepStream is implemented.
     batched_reset: bool = True
     streaming_step: bool = True
+    # The map of each clip ([num_clips] int64), or empty when the server does not say.
+    clip_map_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 @dataclass
@@ -108,6 +110,7 @@ class SimulatorClient(RpcClient):
             server_version=r.server_version,
             batched_reset=r.capabilities.batched_reset,
             streaming_step=r.capabilities.streaming_step,
+            clip_map_ids=np.asarray(r.clip_map_ids, dtype=np.int64),
         )
 
     async def reset(self, slot_ids, clip_ids, seeds=(), *, timeout_s: float | None = None) -> ResetReply:

@@ -109,6 +109,8 @@ class CostTiming:
 
     emulated_s: float = 0.0
     queued_s: float = 0.0
+    map_loads: int = 0  # reset slots whose map loaded from scratch
+    map_cache_hits: int = 0  # reset slots whose map was cached or loaded by an earlier slot of the call
 
 
 # -- The rules: what a call waits, and nothing about how --------------------------------------
@@ -125,6 +127,8 @@ class Wait:
 
     seconds: float
     queue: Queue | None
+    map_loads: int = 0  # the load wait only: slots loading their map from scratch ...
+    map_cache_hits: int = 0  # ... and slots whose map was cached or already loaded by the call
 
 
 def step_wait_s(config: CostModelConfig, compute_s: float) -> float:
@@ -139,7 +143,18 @@ def reset_waits(config: CostModelConfig, map_ids: Sequence[int], is_cached: Call
     against the map cache as it is then (a concurrent call may have loaded a map meanwhile).
     """
     yield Wait(config.reset_fixed_s, "reset_engine" if config.reset_fixed_exclusive else None)
-    yield Wait(map_load_s(config, map_ids, is_cached), "load_channel" if config.map_load_shared else None)
+    loads = map_loads(map_ids, is_cached)
+    yield Wait(
+        map_load_s(config, map_ids, is_cached),
+        "load_channel" if config.map_load_shared else None,
+        map_loads=loads,
+        map_cache_hits=len(map_ids) - loads,
+    )
+
+
+def map_loads(map_ids: Sequence[int], is_cached: Callable[[int], bool]) -> int:
+    """How many maps one Reset call loads from scratch: distinct maps not in the cache."""
+    return len({m for m in map_ids if not is_cached(m)})
 
 
 def map_load_s(config: CostModelConfig, map_ids: Sequence[int], is_cached: Callable[[int], bool]) -> float:
@@ -183,6 +198,8 @@ class CostModel:
     async def reset(self, map_ids: list[int]) -> CostTiming:
         timing = CostTiming()
         for wait in reset_waits(self.config, map_ids, self._map_cache.__contains__):
+            timing.map_loads += wait.map_loads
+            timing.map_cache_hits += wait.map_cache_hits
             await self._make(wait, timing)
         remember_maps(self._map_cache, map_ids, self.config.map_cache_size)
         return timing

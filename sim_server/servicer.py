@@ -35,11 +35,20 @@ _STATUS = {
 
 
 def _timing_to_proto(timing: CallTiming) -> pb.ServerTiming:
-    return pb.ServerTiming(compute_s=timing.compute_s, emulated_s=timing.emulated_s, queued_s=timing.queued_s)
+    return pb.ServerTiming(
+        compute_s=timing.compute_s,
+        emulated_s=timing.emulated_s,
+        queued_s=timing.queued_s,
+        map_loads=timing.map_loads,
+        map_cache_hits=timing.map_cache_hits,
+    )
 
 
 def _ids(values) -> np.ndarray:
     return np.fromiter(values, dtype=np.int64, count=len(values))
+
+
+MAX_LISTED_CLIPS = 100_000  # Describe lists the clips' maps up to this catalog size
 
 
 class SimulatorServicer(pb_grpc.SimulatorServicer):
@@ -52,6 +61,10 @@ class SimulatorServicer(pb_grpc.SimulatorServicer):
         # emulate a server without them): advertised in Describe and kept, the call refused.
         self.step_stream = step_stream
         self.batched_reset = batched_reset
+        env = simulator.env
+        # Which map each clip plays on, for the broker's map-locality dealing; omitted for a catalog
+        # too large to list in one Describe.
+        self._clip_map_ids = [env.map_id(c) for c in range(env.num_clips)] if env.num_clips <= MAX_LISTED_CLIPS else []
 
     async def _run(
         self, call: Awaitable[T], context: grpc.aio.ServicerContext, *, cancel_at_deadline: bool = False
@@ -86,6 +99,7 @@ class SimulatorServicer(pb_grpc.SimulatorServicer):
             ),
             server_version=fast.__version__,
             api_version=fast.API_VERSION,
+            clip_map_ids=self._clip_map_ids,
         )
 
     async def Reset(self, request: pb.ResetRequest, context) -> pb.ResetResponse:

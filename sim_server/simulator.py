@@ -37,6 +37,8 @@ class CallTiming:
     compute_s: float = 0.0
     emulated_s: float = 0.0
     queued_s: float = 0.0
+    map_loads: int = 0
+    map_cache_hits: int = 0
 
 
 @dataclass
@@ -120,4 +122,10 @@ class Simulator:
 
 
 def _timing(cost: CostTiming, compute_s: float) -> CallTiming:
-    return CallTiming(compute_s=compute_s, emulated_s=cost.emulated_s, queued_s=cost.queued_s)
+    return CallTiming(
+        compute_s=compute_s,
+        emulated_s=cost.emulated_s,
+        queued_s=cost.queued_s,
+        map_loads=cost.map_loads,
+        map_cache_hits=cost.map_cache_hits,
+    )

@@ -52,7 +52,12 @@ def test_bench_sampling_tiny_writes_json_table_and_charts(tmp_path: Path) -> Non
     assert (
         rows[("sgr", 4)]["global_resets_per_1k_valid"] > 0 and rows[("autoreset", 4)]["global_resets_per_1k_valid"] == 0
     )
+    # The limit beside each broker mode's row: under `off` only the step latency the servers paid bounds it.
+    for (mode, _), row in rows.items():
+        if mode != "gym-async":
+            assert row["step_latency_s"] > 0 and row["limit_binding"] == "step" and 0 < row["limit_share"] <= 1.5
     table = (out / "sampling.md").read_text()
+    assert "| limit steps/s (bound) |" in table
     assert "## preset `off`, policy `random`" in table and "| fast | 4 |" in table and "| gym-async | 4 |" in table
     assert "emulated" in table and "Workload `takeover`" in table
     assert (out / "sampling_off_random.png").stat().st_size > 0

@@ -105,6 +105,7 @@ def test_a_good_step_and_reset_answer_pass() -> None:
         ),
         ({"timing": pb.ServerTiming(queued_s=-1.0)}, "timing.queued_s is -1.0"),
         ({"timing": pb.ServerTiming(compute_s=float("nan"))}, "timing.compute_s is nan"),
+        ({"timing": pb.ServerTiming(map_loads=-1)}, "timing.map_loads is -1"),
         ({"request_id": 7, "sent_request_id": 8}, "request_id: the answer carries 7 for request 8"),
     ],
 )
@@ -130,6 +131,12 @@ def test_a_bad_reset_answer_and_description_are_named() -> None:
     assert "num_slots is 0" in answers.description_problem(described(0, 10))
     assert "num_slots is 2147483647" in answers.description_problem(described(2**31 - 1, 10))
     assert "num_clips is 0" in answers.description_problem(described(3, 0))
+    maps = ServerDescription("x", OBS, OBS, 3, 4, None, "", clip_map_ids=np.array([0, 0, 1]))
+    assert "clip_map_ids has 3 entries for 4 clips" in answers.description_problem(maps)
+    maps.clip_map_ids = np.array([0, 0, 1, -2])
+    assert "negative map id" in answers.description_problem(maps)
+    maps.clip_map_ids = np.array([0, 0, 1, 1])
+    assert answers.description_problem(maps) == ""
 
 
 def test_a_long_answer_is_quoted_bounded() -> None:

@@ -83,6 +83,16 @@ def test_map_loads_share_bandwidth_and_cache() -> None:
     assert _run(model.reset([1, 2])).emulated_s < _run(CostModel(cfg).reset([1, 2])).emulated_s
 
 
+def test_resets_count_the_maps_they_load_and_the_cache_hits() -> None:
+    model = CostModel(CostModelConfig(map_cache_size=2))
+    first = _run(model.reset([7, 7, 8]))  # map 7 twice in one call loads once
+    assert (first.map_loads, first.map_cache_hits) == (2, 1)
+    again = _run(model.reset([8, 9]))
+    assert (again.map_loads, again.map_cache_hits) == (1, 1)
+    evicted = _run(model.reset([7]))  # the cache of 2 holds 8 and 9 now
+    assert (evicted.map_loads, evicted.map_cache_hits) == (1, 0)
+
+
 def test_unknown_preset_is_named() -> None:
     with pytest.raises(ValueError, match="cost preset 'fastest' is unknown; use one of off, calibrated"):
         cost_model_config("fastest")

@@ -60,6 +60,22 @@ def test_describe_reports_spaces_slots_and_catalog(takeover_stub) -> None:
     assert r.capabilities.cost_model.preset == "off"
 
 
+def test_describe_lists_each_clips_map_and_resets_count_map_loads(takeover_stub) -> None:
+    from sim_server.takeover.catalog import build_catalog
+
+    r = takeover_stub.Describe(pb.DescribeRequest(), timeout=10)
+    catalog = build_catalog(num_clips=r.num_clips)
+    assert list(r.clip_map_ids) == catalog.clip_map_id.tolist()
+    maps = catalog.clip_map_id
+    same_map = [int(c) for c in np.flatnonzero(maps == maps[0])[:2]]
+    other = int(np.flatnonzero(maps != maps[0])[0])
+    # Two slots on one map load it once; a reset onto it again finds it cached (the cache holds 4 maps).
+    first = takeover_stub.Reset(pb.ResetRequest(slot_ids=[0, 1, 2], clip_ids=[*same_map, other]), timeout=10)
+    assert (first.timing.map_loads, first.timing.map_cache_hits) in {(2, 1), (1, 2), (0, 3)}
+    again = takeover_stub.Reset(pb.ResetRequest(slot_ids=[3, 4], clip_ids=[same_map[0], other]), timeout=10)
+    assert (again.timing.map_loads, again.timing.map_cache_hits) == (0, 2)
+
+
 def test_reset_and_step_are_deterministic_across_slots(takeover_stub) -> None:
     a = _rollout(takeover_stub, slot=0, clip=17, seed=5, steps=40)
     b = _rollout(takeover_stub, slot=6, clip=17, seed=5, steps=40)

@@ -38,14 +38,18 @@ class Capabilities(_message.Message):
     def __init__(self, batched_reset: _Optional[bool] = ..., streaming_step: _Optional[bool] = ..., cost_model: _Optional[_Union[CostModel, _Mapping]] = ...) -> None: ...
 
 class ServerTiming(_message.Message):
-    __slots__ = ("compute_s", "emulated_s", "queued_s")
+    __slots__ = ("compute_s", "emulated_s", "queued_s", "map_loads", "map_cache_hits")
     COMPUTE_S_FIELD_NUMBER: _ClassVar[int]
     EMULATED_S_FIELD_NUMBER: _ClassVar[int]
     QUEUED_S_FIELD_NUMBER: _ClassVar[int]
+    MAP_LOADS_FIELD_NUMBER: _ClassVar[int]
+    MAP_CACHE_HITS_FIELD_NUMBER: _ClassVar[int]
     compute_s: float
     emulated_s: float
     queued_s: float
-    def __init__(self, compute_s: _Optional[float] = ..., emulated_s: _Optional[float] = ..., queued_s: _Optional[float] = ...) -> None: ...
+    map_loads: int
+    map_cache_hits: int
+    def __init__(self, compute_s: _Optional[float] = ..., emulated_s: _Optional[float] = ..., queued_s: _Optional[float] = ..., map_loads: _Optional[int] = ..., map_cache_hits: _Optional[int] = ...) -> None: ...
 
 class EpisodeSummary(_message.Message):
     __slots__ = ("slot_id", "clip_id", "length", "episode_return", "terminated", "metrics")
@@ -75,7 +79,7 @@ class DescribeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DescribeResponse(_message.Message):
-    __slots__ = ("env_id", "observation_space", "action_space", "num_slots", "num_clips", "capabilities", "server_version", "api_version")
+    __slots__ = ("env_id", "observation_space", "action_space", "num_slots", "num_clips", "capabilities", "server_version", "api_version", "clip_map_ids")
     ENV_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVATION_SPACE_FIELD_NUMBER: _ClassVar[int]
     ACTION_SPACE_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +88,7 @@ class DescribeResponse(_message.Message):
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
     API_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CLIP_MAP_IDS_FIELD_NUMBER: _ClassVar[int]
     env_id: str
     observation_space: _tensor_pb2.Space
     action_space: _tensor_pb2.Space
@@ -92,7 +97,8 @@ class DescribeResponse(_message.Message):
     capabilities: Capabilities
     server_version: str
     api_version: str
-    def __init__(self, env_id: _Optional[str] = ..., observation_space: _Optional[_Union[_tensor_pb2.Space, _Mapping]] = ..., action_space: _Optional[_Union[_tensor_pb2.Space, _Mapping]] = ..., num_slots: _Optional[int] = ..., num_clips: _Optional[int] = ..., capabilities: _Optional[_Union[Capabilities, _Mapping]] = ..., server_version: _Optional[str] = ..., api_version: _Optional[str] = ...) -> None: ...
+    clip_map_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, env_id: _Optional[str] = ..., observation_space: _Optional[_Union[_tensor_pb2.Space, _Mapping]] = ..., action_space: _Optional[_Union[_tensor_pb2.Space, _Mapping]] = ..., num_slots: _Optional[int] = ..., num_clips: _Optional[int] = ..., capabilities: _Optional[_Union[Capabilities, _Mapping]] = ..., server_version: _Optional[str] = ..., api_version: _Optional[str] = ..., clip_map_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ResetRequest(_message.Message):
     __slots__ = ("slot_ids", "clip_ids", "seeds")

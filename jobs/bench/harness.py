@@ -11,15 +11,16 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from broker.dealer import HOLDOUT_EVERY, ClipDealer
 from broker.policy_runner import PolicyRunner
-from broker.pool import SimulatorPool
+from broker.pool import PoolCounters, SimulatorPool
 from broker.samplers import MODE_NAMES, make_sampler
+from jobs.bench.limits import Pattern, costs_from_describe, pattern_limit
 from jobs.external import ExternalSimulators, env_is_an_address, inapplicable, parse_simulators
 from jobs.simulators import Workload, job_simulators
 
@@ -149,8 +150,38 @@ async def measure_mode(
     )
     await sampler.sample()
     sampler.samples_per_iteration = samples
+    before = replace(pool.counters)  # a copy to diff against
     _, stats = await sampler.sample()
-    return stats.summary()
+    return with_limit(stats.summary(), pool, slots, pool.counters.since(before))
+
+
+def with_limit(summary: dict, pool: SimulatorPool, slots: np.ndarray, calls: PoolCounters) -> dict:
+    """`summary` with what the servers' answers tell of the iteration (step latency paid, map cache hit
+    rate) and the limit its costs put on the pattern measured (jobs/bench/limits.py)."""
+    servers = np.unique(pool.slot_server[slots])
+    valid = max(summary["valid_transitions"], 1)
+    counted = calls.map_loads + calls.map_cache_hits
+    step_latency = calls.step_server_s / calls.step_calls if calls.step_calls else 0.0
+    hit_rate = calls.map_cache_hits / counted if counted else 0.0
+    pattern = Pattern(
+        slots=int(slots.size),
+        servers=int(servers.size),
+        step_latency_s=step_latency,
+        eta=summary["validity"],
+        resets_per_valid=calls.reset_slots / valid,
+        reset_calls_per_valid=calls.reset_calls / valid,
+        hit_rate=hit_rate,
+    )
+    limit = pattern_limit(costs_from_describe(pool.servers[int(servers[0])].cost_model), pattern)
+    return {
+        **summary,
+        "step_latency_s": step_latency,
+        "map_loads": calls.map_loads,
+        "map_cache_hits": calls.map_cache_hits,
+        "cache_hit_rate": hit_rate if counted else float("nan"),
+        **limit.as_row(),
+        "limit_share": summary["effective_throughput"] / limit.limit if math.isfinite(limit.limit) else float("nan"),
+    }
 
 
 @asynccontextmanager

@@ -44,6 +44,11 @@ METRICS = (
     "episode_length_mean",
     "global_resets_per_1k_valid",
     "slot_resets_per_1k_valid",
+    # From the servers' answers and the costs (jobs/bench/harness.with_limit, jobs/bench/limits.py).
+    "step_latency_s",
+    "cache_hit_rate",
+    "limit",
+    "limit_share",
 )
 
 
@@ -121,11 +126,22 @@ def aggregate(measurements: list[Measurement]) -> list[dict]:
                 if isinstance(m.summary.get(key), (int, float)) and math.isfinite(m.summary[key])
             ]
             row[key] = statistics.median(values) if values else float("nan")
+        bindings = [m.summary["limit_binding"] for m in ms if "limit_binding" in m.summary]
+        row["limit_binding"] = max(set(bindings), key=bindings.count) if bindings else ""
         lengths = [x for m in ms for x in m.summary.get("episode_lengths", [])]
         row["episode_length_p10_p50_p90"] = [float(np.percentile(lengths, q)) for q in (10, 50, 90)] if lengths else []
         rows.append(row)
     reference = {(r["preset"], r["policy"]): r for r in rows if r["mode"] == "sc"}
+    # The best pattern's limit in each configuration: what the costs allow whichever mode samples.
+    best: dict[tuple, float] = {}
     for row in rows:
+        if math.isfinite(row["limit"]):
+            key = (row["preset"], row["policy"], row["clips"])
+            best[key] = max(best.get(key, 0.0), row["limit"])
+    for row in rows:
+        top = best.get((row["preset"], row["policy"], row["clips"]))
+        row["best_limit"] = top if top else float("nan")
+        row["best_limit_share"] = row["effective_throughput"] / top if top else float("nan")
         sc = reference.get((row["preset"], row["policy"]))
         row["speedup_vs_sc"] = row["effective_throughput"] / sc["effective_throughput"] if sc else float("nan")
         row["episode_length_vs_sc"] = row["episode_length_mean"] / sc["episode_length_mean"] if sc else float("nan")

@@ -21,6 +21,13 @@ def _fmt(value, digits: int) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _limit(row: dict) -> str:
+    limit = row.get("limit")
+    if not isinstance(limit, (int, float)) or not math.isfinite(limit):
+        return "-"
+    return f"{limit:,.0f} ({row.get('limit_binding', '')})"
+
+
 def write_table(result: dict, path: Path) -> None:
     cfg = result["config"]
     external = result.get("simulators")
@@ -45,6 +52,12 @@ def write_table(result: dict, path: Path) -> None:
         "AsyncVectorEnv with per-environment autoreset on the same workload, clips, costs and policy. "
         f"Whole run: {result['wall_clock_s'] / 60:.1f} min. Metrics: docs/metrics.md.",
         "",
+        "The limit is the throughput the simulators' costs allow the pattern each row measured (its eta, "
+        "resets and Reset calls per valid transition, map cache hit rate, the step latency the servers "
+        "reported): the lowest of its bounds, named in brackets (step, load, engine, slot; "
+        "jobs/bench/limits.py, docs/metrics.md). Share of best limit sets the row against the highest limit "
+        "of any mode at the same clips, preset and policy.",
+        "",
     ]
     rows = result["rows"]
     for preset in dict.fromkeys(r["preset"] for r in rows):
@@ -53,8 +66,9 @@ def write_table(result: dict, path: Path) -> None:
                 f"## preset `{preset}`, policy `{policy}`",
                 "",
                 "| mode | clips | sampling s | speedup vs SC | raw steps/s | eta | time efficiency | effective steps/s "
+                "| limit steps/s (bound) | share of limit | share of best limit | map cache hits "
                 "| ep. length in window (vs SC) | global resets / 1k valid |",
-                "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+                "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             ]
             for r in rows:
                 if r["preset"] != preset or r["policy"] != policy:
@@ -63,7 +77,9 @@ def write_table(result: dict, path: Path) -> None:
                     f"| {r['mode']} | {r['clips']} | {_fmt(r['sampling_time_s'], 2)} | "
                     f"{_fmt(r['speedup_vs_sc'], 2)}x | "
                     f"{_fmt(r['raw_throughput'], 0)} | {_fmt(r['validity'], 3)} | {_fmt(r['time_efficiency'], 4)} | "
-                    f"{_fmt(r['effective_throughput'], 0)} | {_fmt(r['episode_length_mean'], 1)} "
+                    f"{_fmt(r['effective_throughput'], 0)} | {_limit(r)} | {_fmt(r.get('limit_share'), 2)} | "
+                    f"{_fmt(r.get('best_limit_share'), 2)} | {_fmt(r.get('cache_hit_rate'), 2)} | "
+                    f"{_fmt(r['episode_length_mean'], 1)} "
                     f"({_fmt(r['episode_length_vs_sc'], 2)}) | {_fmt(r['global_resets_per_1k_valid'], 2)} |"
                 )
             lines.append("")

@@ -1,0 +1,63 @@
+"""The limit that the costs put on a sampling pattern (jobs/bench/limits.py), by hand-checked cases."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from jobs.bench.limits import Costs, Pattern, costs_from_describe, pattern_limit
+from sim_server.cost_model import PRESETS
+
+CALIBRATED = costs_from_describe(PRESETS["calibrated"])
+PARALLEL = costs_from_describe(PRESETS["parallel"])
+
+
+def _pattern(**changes) -> Pattern:
+    base = dict(
+        slots=10,
+        servers=2,
+        step_latency_s=0.002,
+        eta=0.8,
+        resets_per_valid=0.01,
+        reset_calls_per_valid=0.001,
+        hit_rate=0.2,
+    )
+    return Pattern(**{**base, **changes})
+
+
+def test_step_bound_is_eta_slots_over_the_latency_paid() -> None:
+    limit = pattern_limit(Costs(map_load_shared=False, reset_fixed_exclusive=False), _pattern())
+    assert limit.binding == "step" and limit.limit == pytest.approx(0.8 * 10 / 0.002)  # 4,000 valid/s
+    assert set(limit.bounds) == {"step"}
+
+
+def test_a_shared_load_channel_bounds_by_loads_per_valid_transition() -> None:
+    # 0.01 resets per valid transition, 80% of them load a 123 ms map: 0.000984 s of channel time per
+    # valid transition on each of 2 channels -> 2,033 valid/s, below the step bound of 4,000.
+    limit = pattern_limit(CALIBRATED, _pattern())
+    assert limit.binding == "load"
+    assert limit.limit == pytest.approx(2 / (0.01 * 0.8 * 0.123))
+    # The exclusive engine: one 27 ms fixed part per Reset call, 0.001 calls per valid transition.
+    assert limit.bounds["engine"] == pytest.approx(2 / (0.001 * 0.027))
+    # Every map cached: nothing to load, the step bound holds.
+    assert pattern_limit(CALIBRATED, _pattern(hit_rate=1.0)).binding == "step"
+
+
+def test_engine_bound_binds_when_every_slot_resets_alone() -> None:
+    # Per-slot resets: a Reset call per slot reset, and resets often (short episodes).
+    limit = pattern_limit(CALIBRATED, _pattern(resets_per_valid=0.05, reset_calls_per_valid=0.05, hit_rate=0.9))
+    assert limit.binding == "engine" and limit.limit == pytest.approx(2 / (0.05 * 0.027))
+
+
+def test_resets_that_queue_for_nothing_still_keep_their_slot_from_stepping() -> None:
+    # parallel: a slot's own reset (27 ms + 80% of 123 ms) adds to its stepping, per valid transition.
+    limit = pattern_limit(PARALLEL, _pattern())
+    per_slot = 0.002 / 0.8 + 0.01 * (0.027 + 0.8 * 0.123)
+    assert limit.binding == "slot" and limit.limit == pytest.approx(10 / per_slot)
+    assert "load" not in limit.bounds and "engine" not in limit.bounds
+
+
+def test_no_costs_and_no_latency_leave_no_finite_bound() -> None:
+    limit = pattern_limit(costs_from_describe(None), _pattern(step_latency_s=0.0))
+    assert math.isinf(limit.limit)
