@@ -27,6 +27,10 @@ class BrokerConfig(TlsSettings):
     iterations: int = Field(0, ge=0)  # 0: until stopped
     seed: int = 0
     holdout_every: int = Field(HOLDOUT_EVERY, ge=0)  # clip c is held out when c % holdout_every == holdout_every-1
+    # Map locality in dealing clips (broker/dealer.py): a server gets clips of the maps it has cached,
+    # at most locality_max_repeat of one map while it stays cached. Needs Describe's clip_map_ids.
+    locality: bool = False
+    locality_max_repeat: int = Field(8, ge=1)
     # Deadlines and retries: no wait is unbounded.
     step_timeout_s: float = Field(5.0, gt=0.0)
     reset_timeout_s: float = Field(30.0, gt=0.0)

@@ -25,7 +25,7 @@ import grpc
 import numpy as np
 
 from broker.config import BrokerConfig
-from broker.dealer import ClipDealer
+from broker.dealer import ClipDealer, pool_locality
 from broker.histogram import EPISODE_LENGTH_BOUNDS, EPISODE_RETURN_BOUNDS, CumulativeHistogram
 from broker.history import MetricsHistory
 from broker.policy_runner import PolicyRunner
@@ -234,7 +234,12 @@ class BrokerRun:
         policy = await self.learner.get_policy()
         self.runner = PolicyRunner(obs_space, act_space, policy.hidden_sizes, seed=self.config.seed)
         self.runner.load(policy.version, policy.weights)
-        self._dealer = ClipDealer(self.pool.num_clips, holdout_every=self.config.holdout_every, seed=self.config.seed)
+        locality = pool_locality(self.pool, self.config.locality_max_repeat) if self.config.locality else None
+        if self.config.locality and locality is None:
+            log.warning("locality is on, but the simulators do not list each clip's map: dealing without locality")
+        self._dealer = ClipDealer(
+            self.pool.num_clips, holdout_every=self.config.holdout_every, seed=self.config.seed, locality=locality
+        )
         self._sampler = self._make_sampler()
 
     async def _between_iterations(self) -> None:

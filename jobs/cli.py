@@ -408,6 +408,13 @@ bench_app = typer.Typer(help="Benchmarks measured side by side in one run (docs/
 app.add_typer(bench_app, name="bench")
 
 
+def _on_off(value: str, option: str) -> tuple[bool, ...]:
+    words = _csv(value, str, option)
+    if not words or any(w not in ("off", "on") for w in words):
+        raise typer.BadParameter(f"{value[:40]!r}: give off, on or off,on", param_hint=option)
+    return tuple(dict.fromkeys(w == "on" for w in words))
+
+
 def _csv(value: str, cast, option: str) -> tuple:
     try:
         return tuple(cast(part.strip()) for part in value.split(",") if part.strip())
@@ -453,6 +460,15 @@ def bench_sampling(
             help="Workload: takeover, or gym:<id> such as gym:highway_env:highway-fast-v0. \\[default: takeover]"
         ),
     ] = None,
+    locality: Annotated[
+        str,
+        typer.Option(
+            help="Clip dealing with map locality: off, on, or off,on for both (rows MODE+locality; docs/bench.md)."
+        ),
+    ] = "off,on",
+    locality_max_repeat: Annotated[
+        int, typer.Option(min=1, help="Locality's diversity knob: clips of one map a server gets in a row.")
+    ] = 8,
     length_samples: Annotated[
         int,
         typer.Option(min=0, help="Steady-state episode lengths: valid transitions counted per configuration; 0 skips."),
@@ -492,6 +508,8 @@ def bench_sampling(
             env=env or "takeover",
             length_samples=length_samples,
             length_warmup_steps=length_warmup_steps,
+            locality=_on_off(locality, "--locality"),
+            locality_max_repeat=locality_max_repeat,
         )
         out_dir = out or Path("runs") / f"bench-sampling-{_time.strftime('%Y%m%d-%H%M%S')}"
         run(cfg, out_dir)

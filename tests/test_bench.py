@@ -39,6 +39,8 @@ def test_bench_sampling_tiny_writes_json_table_and_charts(tmp_path: Path) -> Non
         "300",
         "--length-warmup-steps",
         "20",
+        "--locality",
+        "off",
         "--out",
         str(out),
     )
@@ -69,6 +71,26 @@ def test_bench_sampling_tiny_writes_json_table_and_charts(tmp_path: Path) -> Non
         assert row["episodes"] > 0 and 1 <= row["mean"] <= 300 and 0.0 <= row["cut_share"] <= 1.0
         assert sum(row["ends"].values()) == row["episodes"]
     assert "## Episode length in steady state" in table and "| fast | 4 |" in table.split("steady state")[1]
+
+
+def test_bench_sampling_with_map_locality_hits_the_map_cache_more(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    args = ["--modes", "sc,fast", "--clips", "6", "--preset", "calibrated", "--repeats", "1", "--samples", "600"]
+    args += ["--no-gym-reference", "--length-samples", "0", "--locality", "off,on", "--out", str(out)]
+    done = _fast("bench", "sampling", *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {(r["mode"], r["clips"]): r for r in json.loads((out / "sampling.json").read_text())["rows"]}
+    assert set(rows) == {("sc", 1), ("sc+locality", 1), ("fast", 6), ("fast+locality", 6)}
+    plain, local = rows[("fast", 6)], rows[("fast+locality", 6)]
+    # Dealing is seeded and FAST steps in lock-step: the counts below do not depend on timing.
+    assert local["cache_hit_rate"] > plain["cache_hit_rate"] + 0.2, (plain["cache_hit_rate"], local["cache_hit_rate"])
+    assert local["distinct_maps"] < plain["distinct_maps"]
+    assert rows[("sc+locality", 1)]["speedup_vs_sc"] > 0 and rows[("sc", 1)]["speedup_vs_sc"] == 1.0
+    # Under `calibrated` the map loads share one channel per server: a load or engine bound applies.
+    assert set(plain["limit_bounds"]) == {"step", "load", "engine"}
+    assert "| fast+locality | 6 |" in (out / "sampling.md").read_text()
+    done = _fast("bench", "sampling", "--locality", "sometimes", "--out", str(tmp_path / "x"), timeout=60)
+    assert done.returncode == 2 and "give off, on or off,on" in done.stderr
 
 
 def test_bench_sampling_bad_options_exit_2_with_the_fix(tmp_path: Path) -> None:

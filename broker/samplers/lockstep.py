@@ -110,7 +110,7 @@ class LockstepSampler:
         """Reset slots (positions into self.slots) onto freshly dealt clips; returns which succeeded."""
         if positions.size == 0:
             return np.zeros(0, dtype=bool)
-        clips, seeds = self.dealer.deal(positions.size)
+        clips, seeds = self.dealer.deal(positions.size, self.pool.slot_server[self.slots[positions]])
         started = time.perf_counter()
         result = await self.pool.reset(self.slots[positions], clips, seeds, batched=batched)
         stats.reset_wall_s += time.perf_counter() - started

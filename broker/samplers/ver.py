@@ -127,7 +127,7 @@ class VerSampler:
                     if not server.up:
                         await asyncio.sleep(0.05)
                         continue
-                clips, seeds = self.dealer.deal(1)
+                clips, seeds = self.dealer.deal(1, self.pool.slot_server[self.slots[s : s + 1]])
                 t0 = time.perf_counter()
                 r = await self.pool.reset(self.slots[s : s + 1], clips, seeds, batched=False)
                 reset_s[s] += time.perf_counter() - t0

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from broker.dealer import HOLDOUT_EVERY, ClipDealer
+from broker.dealer import HOLDOUT_EVERY, ClipDealer, pool_locality
 from broker.policy_runner import PolicyRunner
 from broker.pool import PoolCounters, SimulatorPool
 from broker.samplers import MODE_NAMES, make_sampler
@@ -52,6 +52,9 @@ class SamplingBenchConfig:
     # Simulator servers that run already (jobs/external.py), measured instead of servers of its own;
     # presets are then (EXTERNAL,) and servers, env and the Gymnasium reference do not apply.
     simulators: tuple[str, ...] = ()
+    # Clip dealing without and/or with map locality (broker/dealer.py); a row with it is MODE+locality.
+    locality: tuple[bool, ...] = (False,)
+    locality_max_repeat: int = 8
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.modes if m not in MODES]
@@ -62,6 +65,11 @@ class SamplingBenchConfig:
         if self.servers < 1 or self.repeats < 1 or self.samples < 1:
             raise ValueError(
                 f"servers={self.servers}, repeats={self.repeats}, samples={self.samples}: each must be >= 1"
+            )
+        if not self.locality or self.locality_max_repeat < 1:
+            raise ValueError(
+                f"locality={self.locality}, locality_max_repeat={self.locality_max_repeat}: give off, on or off,on "
+                "and a max repeat >= 1"
             )
         if self.length_samples < 0 or self.length_warmup_steps < 0:
             raise ValueError(
@@ -134,10 +142,14 @@ async def measure_mode(
     *,
     warmup_samples: int,
     samples: int,
+    locality: bool = False,
 ) -> dict:
     """A fresh sampler of `mode` on `clips` slots: one warm-up iteration, then the measured one's summary."""
     slots = spread_slots(pool, clips)
-    dealer = ClipDealer(pool.num_clips, holdout_every=cfg.holdout_every, seed=seed)
+    where = pool_locality(pool, cfg.locality_max_repeat) if locality else None
+    if locality and where is None:
+        raise ValueError("--locality on: the simulators do not say which map each clip plays on (Describe)")
+    dealer = ClipDealer(pool.num_clips, holdout_every=cfg.holdout_every, seed=seed, locality=where)
     sampler = make_sampler(
         mode,
         pool,
@@ -151,8 +163,12 @@ async def measure_mode(
     await sampler.sample()
     sampler.samples_per_iteration = samples
     before = replace(pool.counters)  # a copy to diff against
+    dealer.clips_dealt.clear()
     _, stats = await sampler.sample()
-    return with_limit(stats.summary(), pool, slots, pool.counters.since(before))
+    summary = with_limit(stats.summary(), pool, slots, pool.counters.since(before))
+    if pool.clip_map_ids.size == pool.num_clips:  # maps known: how many the iteration dealt
+        summary["distinct_maps"] = len({int(pool.clip_map_ids[c]) for c in dealer.clips_dealt})
+    return summary
 
 
 def with_limit(summary: dict, pool: SimulatorPool, slots: np.ndarray, calls: PoolCounters) -> dict:

@@ -34,6 +34,7 @@ from jobs.bench.harness import SamplingBenchConfig, fixed_policies, measure_mode
 from jobs.external import ExternalSimulators, check_simulators
 
 GYM_REFERENCE = "gym-async"  # Gymnasium AsyncVectorEnv with per-env autoreset (jobs/bench/gym_reference.py)
+LOCALITY = "+locality"  # the suffix of a mode's label when it deals clips with map locality
 # The figures a table row carries, from IterationStats.summary().
 METRICS = (
     "sampling_time_s",
@@ -49,6 +50,7 @@ METRICS = (
     "cache_hit_rate",
     "limit",
     "limit_share",
+    "distinct_maps",
 )
 
 
@@ -69,17 +71,18 @@ async def _run_preset(
     async with simulator_pool(cfg, preset, external) as pool:
         policies = fixed_policies(cfg, pool)
         plan = [
-            (policy, mode, n)
+            (policy, mode, n, local)
             for policy in policies
             for mode in cfg.modes
             for n in (cfg.clips if mode != "sc" else (1,))
+            for local in cfg.locality
         ]
         if cfg.gym_reference:
-            plan += [(policy, GYM_REFERENCE, n) for policy in policies for n in cfg.clips]
+            plan += [(policy, GYM_REFERENCE, n, False) for policy in policies for n in cfg.clips]
         rng = np.random.default_rng(cfg.seed)
         for repeat in range(cfg.repeats):
             for j in rng.permutation(len(plan)):  # interleaved, a new order each repeat
-                policy, mode, n = plan[j]
+                policy, mode, n, local = plan[j]
                 hidden, weights = policies[policy]
                 started = time.perf_counter()
                 if mode == GYM_REFERENCE:
@@ -99,10 +102,12 @@ async def _run_preset(
                         cfg.seed + repeat,
                         warmup_samples=cfg.warmup_samples,
                         samples=cfg.samples,
+                        locality=local,
                     )
-                measurements.append(Measurement(preset, policy, mode, n, repeat, summary))
+                label = f"{mode}{LOCALITY if local else ''}"
+                measurements.append(Measurement(preset, policy, label, n, repeat, summary))
                 log(
-                    f"{preset:>10} {policy:>7} {mode:>9} clips={n:<3} repeat {repeat + 1}/{cfg.repeats}: "
+                    f"{preset:>10} {policy:>7} {label:>9} clips={n:<3} repeat {repeat + 1}/{cfg.repeats}: "
                     f"effective {summary['effective_throughput']:,.0f}/s, eta {summary['validity']:.2f}, "
                     f"time efficiency {summary['time_efficiency']:.3f} ({time.perf_counter() - started:.1f} s)"
                 )
@@ -126,6 +131,8 @@ def aggregate(measurements: list[Measurement]) -> list[dict]:
                 if isinstance(m.summary.get(key), (int, float)) and math.isfinite(m.summary[key])
             ]
             row[key] = statistics.median(values) if values else float("nan")
+        bounds = [m.summary["limit_bounds"] for m in ms if "limit_bounds" in m.summary]
+        row["limit_bounds"] = {k: statistics.median(b[k] for b in bounds) for k in bounds[0]} if bounds else {}
         bindings = [m.summary["limit_binding"] for m in ms if "limit_binding" in m.summary]
         row["limit_binding"] = max(set(bindings), key=bindings.count) if bindings else ""
         lengths = [x for m in ms for x in m.summary.get("episode_lengths", [])]

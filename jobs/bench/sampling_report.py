@@ -66,7 +66,7 @@ def write_table(result: dict, path: Path) -> None:
                 f"## preset `{preset}`, policy `{policy}`",
                 "",
                 "| mode | clips | sampling s | speedup vs SC | raw steps/s | eta | time efficiency | effective steps/s "
-                "| limit steps/s (bound) | share of limit | share of best limit | map cache hits "
+                "| limit steps/s (bound) | share of limit | share of best limit | map cache hits (maps dealt) "
                 "| ep. length in window (vs SC) | global resets / 1k valid |",
                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             ]
@@ -78,7 +78,8 @@ def write_table(result: dict, path: Path) -> None:
                     f"{_fmt(r['speedup_vs_sc'], 2)}x | "
                     f"{_fmt(r['raw_throughput'], 0)} | {_fmt(r['validity'], 3)} | {_fmt(r['time_efficiency'], 4)} | "
                     f"{_fmt(r['effective_throughput'], 0)} | {_limit(r)} | {_fmt(r.get('limit_share'), 2)} | "
-                    f"{_fmt(r.get('best_limit_share'), 2)} | {_fmt(r.get('cache_hit_rate'), 2)} | "
+                    f"{_fmt(r.get('best_limit_share'), 2)} | {_fmt(r.get('cache_hit_rate'), 2)} "
+                    f"({_fmt(r.get('distinct_maps'), 0)}) | "
                     f"{_fmt(r['episode_length_mean'], 1)} "
                     f"({_fmt(r['episode_length_vs_sc'], 2)}) | {_fmt(r['global_resets_per_1k_valid'], 2)} |"
                 )

@@ -35,6 +35,9 @@ class TrainConfig(BaseModel):
     alpha: float = Field(0.5, gt=0.0, le=1.0)  # DPSA: truncate the round when this share of clips ended
     t_max: int = Field(200, ge=1)  # DPSA: ... or when the round is t_max steps long
     samples_per_iteration: int = Field(2048, ge=1)  # valid transitions per iteration (at least)
+    # Deal clips with map locality (broker/dealer.py): off until `fast bench train` shows what it does to learning.
+    locality: bool = False
+    locality_max_repeat: int = Field(8, ge=1)  # clips of one map a server gets in a row while it stays cached
     # About 7 minutes on a 2-core CPU with the defaults below (README: the default run).
     iterations: int = Field(350, ge=1)
     seed: int = Field(0, ge=0)  # clip dealing, action sampling, initial weights, evaluation seeds

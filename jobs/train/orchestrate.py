@@ -221,7 +221,12 @@ class TrainingRun:
                 "--port",
                 "0",
             ],
-            env={**self.token.env, "FAST_BROKER_HOLDOUT_EVERY": str(HOLDOUT_EVERY)},
+            env={
+                **self.token.env,
+                "FAST_BROKER_HOLDOUT_EVERY": str(HOLDOUT_EVERY),
+                "FAST_BROKER_LOCALITY": str(cfg.locality).lower(),
+                "FAST_BROKER_LOCALITY_MAX_REPEAT": str(cfg.locality_max_repeat),
+            },
         )
         self.addresses["broker"] = processes.wait_listening(self.broker, deadline, stopping).address
         self.write_config()  # the broker samples already: its pid is on record before the gateway's start
