@@ -97,6 +97,10 @@ def sim_server(
     map_load_cached_s: Annotated[
         Optional[float], typer.Option(help="Override the preset's cached map load cost.")
     ] = None,
+    prefetch_step_penalty: Annotated[
+        Optional[float],
+        typer.Option(help="Fraction added to the step latency while a Prepare's background load runs. \\[default: 0]"),
+    ] = None,
     env_kwarg: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE passed to gym.make (repeatable).")] = None,
     max_message_bytes: Annotated[
         Optional[int], typer.Option(help="Largest message accepted. \\[default: 64 MiB]")
@@ -110,6 +114,9 @@ def sim_server(
         typer.Option(
             "--no-batched-reset", help="Emulate a server that resets one slot per call (advertised, several refused)."
         ),
+    ] = False,
+    no_prefetch: Annotated[
+        bool, typer.Option("--no-prefetch", help="Emulate a server without Prepare (advertised false, refused).")
     ] = False,
     config: ConfigFile = None,
 ) -> None:
@@ -133,11 +140,13 @@ def sim_server(
         reset_fixed_s=reset_fixed_s,
         map_load_s=map_load_s,
         map_load_cached_s=map_load_cached_s,
+        prefetch_step_penalty=prefetch_step_penalty,
         env_kwargs=_parse_kwargs(env_kwarg),
         max_message_bytes=max_message_bytes,
         grace_s=grace_s,
         step_stream=False if no_step_stream else None,
         batched_reset=False if no_batched_reset else None,
+        prefetch=False if no_prefetch else None,
     )
     _serve(SimServerConfig, ENV_PREFIX, serve, config, overrides)
 

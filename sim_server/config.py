@@ -27,12 +27,14 @@ class SimServerConfig(TlsSettings):  # tls_cert, tls_key, tls_ca, tls_server_nam
     reset_fixed_s: float | None = None
     map_load_s: float | None = None
     map_load_cached_s: float | None = None
+    prefetch_step_penalty: float | None = None
     max_message_bytes: int = Field(64 << 20, ge=1024)
     grace_s: float = Field(5.0, ge=0.0)
     # Capabilities it advertises and honours; false emulates a server without them (StepStream,
     # or a Reset of several slots, is then refused with UNIMPLEMENTED).
     step_stream: bool = True
     batched_reset: bool = True
+    prefetch: bool = True  # Prepare (background loads of slots' next clips)
 
     def cost_model(self) -> CostModelConfig:
         return cost_model_config(
@@ -41,4 +43,5 @@ class SimServerConfig(TlsSettings):  # tls_cert, tls_key, tls_ca, tls_server_nam
             reset_fixed_s=self.reset_fixed_s,
             map_load_s=self.map_load_s,
             map_load_cached_s=self.map_load_cached_s,
+            prefetch_step_penalty=self.prefetch_step_penalty,
         )

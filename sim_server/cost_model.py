@@ -27,6 +27,7 @@ See docs/cost_model.md for the presets and their calibration.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -49,6 +50,8 @@ class CostModelConfig(BaseModel):
     map_load_cached_s: float = Field(0.0, ge=0.0, le=60.0)
     map_load_shared: bool = True
     map_cache_size: int = Field(4, ge=0, le=100_000)
+    # A Step call takes this fraction of step_latency_s longer while a background load (Prepare) runs.
+    prefetch_step_penalty: float = Field(0.0, ge=0.0, le=10.0)
 
 
 # Calibrated on a real driving simulator measured on this kind of machine: about 1.6 ms a
@@ -131,9 +134,11 @@ class Wait:
     map_cache_hits: int = 0  # ... and slots whose map was cached or already loaded by the call
 
 
-def step_wait_s(config: CostModelConfig, compute_s: float) -> float:
-    """What a Step call waits: the rest of the step latency after the env's own compute."""
-    return config.step_latency_s - compute_s
+def step_wait_s(config: CostModelConfig, compute_s: float, *, loading: bool = False) -> float:
+    """What a Step call waits: the rest of the step latency after the env's own compute; the
+    latency is `prefetch_step_penalty` longer while a background load runs on the server."""
+    latency = config.step_latency_s * (1.0 + (config.prefetch_step_penalty if loading else 0.0))
+    return latency - compute_s
 
 
 def reset_waits(config: CostModelConfig, map_ids: Sequence[int], is_cached: Callable[[int], bool]) -> Iterator[Wait]:
@@ -190,10 +195,36 @@ class CostModel:
         self.config = config
         self._queues: dict[Queue, asyncio.Lock] = {"reset_engine": asyncio.Lock(), "load_channel": asyncio.Lock()}
         self._map_cache: OrderedDict[int, None] = OrderedDict()
+        self._background_loads = 0  # Prepare loads holding the load channel now (not queued)
 
     async def step(self, compute_s: float = 0.0) -> CostTiming:
         """Wait out the rest of the step latency after `compute_s` of real compute."""
-        return CostTiming(emulated_s=await precise_wait(step_wait_s(self.config, compute_s)))
+        wait = step_wait_s(self.config, compute_s, loading=self._background_loads > 0)
+        return CostTiming(emulated_s=await precise_wait(wait))
+
+    def is_cached(self, map_id: int) -> bool:
+        return map_id in self._map_cache
+
+    async def prefetch(self, map_id: int) -> CostTiming:
+        """A background load of one map, for a slot's prepared clip: through the same load channel
+        as resets' loads, priced against the cache once the channel is free, and entered in the cache
+        only when done (a cancelled prefetch leaves the cache as it was). Steps pay the penalty while
+        it loads."""
+        timing = CostTiming()
+        queued_from = time.perf_counter()
+        async with self._queues["load_channel"] if self.config.map_load_shared else contextlib.nullcontext():
+            timing.queued_s = time.perf_counter() - queued_from
+            cached = map_id in self._map_cache
+            seconds = self.config.map_load_cached_s if cached else self.config.map_load_s
+            timing.map_loads, timing.map_cache_hits = (0, 1) if cached else (1, 0)
+            if seconds > 0:
+                self._background_loads += 1
+                try:
+                    timing.emulated_s = await precise_wait(seconds)
+                finally:
+                    self._background_loads -= 1
+        remember_maps(self._map_cache, [map_id], self.config.map_cache_size)
+        return timing
 
     async def reset(self, map_ids: list[int]) -> CostTiming:
         timing = CostTiming()

@@ -47,10 +47,13 @@ async def create_server(
     tls: TlsFiles | None = None,
     step_stream: bool = True,
     batched_reset: bool = True,
+    prefetch: bool = True,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """`token`: the run token every call must carry (None: the environment's, fast/auth.py).
-    `step_stream`, `batched_reset`: the Capabilities it has (SimServerConfig)."""
-    servicer = SimulatorServicer(simulator, env_id, step_stream=step_stream, batched_reset=batched_reset)
+    `step_stream`, `batched_reset`, `prefetch`: the Capabilities it has (SimServerConfig)."""
+    servicer = SimulatorServicer(
+        simulator, env_id, step_stream=step_stream, batched_reset=batched_reset, prefetch=prefetch
+    )
     return await start_server(
         address,
         SERVICE_NAME,
@@ -72,6 +75,7 @@ async def serve(config: SimServerConfig) -> None:
         tls=config.tls,
         step_stream=config.step_stream,
         batched_reset=config.batched_reset,
+        prefetch=config.prefetch,
     )
     describe_workers = getattr(simulator.env, "describe_workers", None)
     if describe_workers is not None:  # --processes: which worker holds which slots

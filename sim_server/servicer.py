@@ -41,6 +41,7 @@ def _timing_to_proto(timing: CallTiming) -> pb.ServerTiming:
         queued_s=timing.queued_s,
         map_loads=timing.map_loads,
         map_cache_hits=timing.map_cache_hits,
+        prepared=timing.prepared,
     )
 
 
@@ -53,7 +54,13 @@ MAX_LISTED_CLIPS = 100_000  # Describe lists the clips' maps up to this catalog 
 
 class SimulatorServicer(pb_grpc.SimulatorServicer):
     def __init__(
-        self, simulator: Simulator, env_id: str, *, step_stream: bool = True, batched_reset: bool = True
+        self,
+        simulator: Simulator,
+        env_id: str,
+        *,
+        step_stream: bool = True,
+        batched_reset: bool = True,
+        prefetch: bool = True,
     ) -> None:
         self.sim = simulator
         self.env_id = env_id
@@ -61,6 +68,7 @@ class SimulatorServicer(pb_grpc.SimulatorServicer):
         # emulate a server without them): advertised in Describe and kept, the call refused.
         self.step_stream = step_stream
         self.batched_reset = batched_reset
+        self.prefetch = prefetch
         env = simulator.env
         # Which map each clip plays on, for the broker's map-locality dealing; omitted for a catalog
         # too large to list in one Describe.
@@ -95,6 +103,7 @@ class SimulatorServicer(pb_grpc.SimulatorServicer):
             capabilities=pb.Capabilities(
                 batched_reset=self.batched_reset,
                 streaming_step=self.step_stream,
+                prefetch=self.prefetch,
                 cost_model=pb.CostModel(**cost.model_dump()),
             ),
             server_version=fast.__version__,
@@ -117,6 +126,16 @@ class SimulatorServicer(pb_grpc.SimulatorServicer):
         return pb.ResetResponse(
             slot_ids=request.slot_ids, observations=tensor.to_proto(observations), timing=_timing_to_proto(timing)
         )
+
+    async def Prepare(self, request: pb.PrepareRequest, context) -> pb.PrepareResponse:
+        if not self.prefetch:
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                "this server does not prepare clips (Capabilities.prefetch is false); Reset without Prepare",
+            )
+        slot_ids = _ids(request.slot_ids)
+        await self._run(self.sim.prepare(slot_ids, _ids(request.clip_ids), _ids(request.seeds)), context)
+        return pb.PrepareResponse(slot_ids=request.slot_ids)
 
     async def _step(self, request: pb.StepRequest) -> pb.StepResponse:
         slot_ids = _ids(request.slot_ids)

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class CostModel(_message.Message):
-    __slots__ = ("preset", "step_latency_s", "reset_fixed_s", "reset_fixed_exclusive", "map_load_s", "map_load_cached_s", "map_load_shared", "map_cache_size")
+    __slots__ = ("preset", "step_latency_s", "reset_fixed_s", "reset_fixed_exclusive", "map_load_s", "map_load_cached_s", "map_load_shared", "map_cache_size", "prefetch_step_penalty")
     PRESET_FIELD_NUMBER: _ClassVar[int]
     STEP_LATENCY_S_FIELD_NUMBER: _ClassVar[int]
     RESET_FIXED_S_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +17,7 @@ class CostModel(_message.Message):
     MAP_LOAD_CACHED_S_FIELD_NUMBER: _ClassVar[int]
     MAP_LOAD_SHARED_FIELD_NUMBER: _ClassVar[int]
     MAP_CACHE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PREFETCH_STEP_PENALTY_FIELD_NUMBER: _ClassVar[int]
     preset: str
     step_latency_s: float
     reset_fixed_s: float
@@ -25,31 +26,36 @@ class CostModel(_message.Message):
     map_load_cached_s: float
     map_load_shared: bool
     map_cache_size: int
-    def __init__(self, preset: _Optional[str] = ..., step_latency_s: _Optional[float] = ..., reset_fixed_s: _Optional[float] = ..., reset_fixed_exclusive: _Optional[bool] = ..., map_load_s: _Optional[float] = ..., map_load_cached_s: _Optional[float] = ..., map_load_shared: _Optional[bool] = ..., map_cache_size: _Optional[int] = ...) -> None: ...
+    prefetch_step_penalty: float
+    def __init__(self, preset: _Optional[str] = ..., step_latency_s: _Optional[float] = ..., reset_fixed_s: _Optional[float] = ..., reset_fixed_exclusive: _Optional[bool] = ..., map_load_s: _Optional[float] = ..., map_load_cached_s: _Optional[float] = ..., map_load_shared: _Optional[bool] = ..., map_cache_size: _Optional[int] = ..., prefetch_step_penalty: _Optional[float] = ...) -> None: ...
 
 class Capabilities(_message.Message):
-    __slots__ = ("batched_reset", "streaming_step", "cost_model")
+    __slots__ = ("batched_reset", "streaming_step", "cost_model", "prefetch")
     BATCHED_RESET_FIELD_NUMBER: _ClassVar[int]
     STREAMING_STEP_FIELD_NUMBER: _ClassVar[int]
     COST_MODEL_FIELD_NUMBER: _ClassVar[int]
+    PREFETCH_FIELD_NUMBER: _ClassVar[int]
     batched_reset: bool
     streaming_step: bool
     cost_model: CostModel
-    def __init__(self, batched_reset: _Optional[bool] = ..., streaming_step: _Optional[bool] = ..., cost_model: _Optional[_Union[CostModel, _Mapping]] = ...) -> None: ...
+    prefetch: bool
+    def __init__(self, batched_reset: _Optional[bool] = ..., streaming_step: _Optional[bool] = ..., cost_model: _Optional[_Union[CostModel, _Mapping]] = ..., prefetch: _Optional[bool] = ...) -> None: ...
 
 class ServerTiming(_message.Message):
-    __slots__ = ("compute_s", "emulated_s", "queued_s", "map_loads", "map_cache_hits")
+    __slots__ = ("compute_s", "emulated_s", "queued_s", "map_loads", "map_cache_hits", "prepared")
     COMPUTE_S_FIELD_NUMBER: _ClassVar[int]
     EMULATED_S_FIELD_NUMBER: _ClassVar[int]
     QUEUED_S_FIELD_NUMBER: _ClassVar[int]
     MAP_LOADS_FIELD_NUMBER: _ClassVar[int]
     MAP_CACHE_HITS_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_FIELD_NUMBER: _ClassVar[int]
     compute_s: float
     emulated_s: float
     queued_s: float
     map_loads: int
     map_cache_hits: int
-    def __init__(self, compute_s: _Optional[float] = ..., emulated_s: _Optional[float] = ..., queued_s: _Optional[float] = ..., map_loads: _Optional[int] = ..., map_cache_hits: _Optional[int] = ...) -> None: ...
+    prepared: int
+    def __init__(self, compute_s: _Optional[float] = ..., emulated_s: _Optional[float] = ..., queued_s: _Optional[float] = ..., map_loads: _Optional[int] = ..., map_cache_hits: _Optional[int] = ..., prepared: _Optional[int] = ...) -> None: ...
 
 class EpisodeSummary(_message.Message):
     __slots__ = ("slot_id", "clip_id", "length", "episode_return", "terminated", "metrics")
@@ -119,6 +125,22 @@ class ResetResponse(_message.Message):
     observations: _tensor_pb2.Tensor
     timing: ServerTiming
     def __init__(self, slot_ids: _Optional[_Iterable[int]] = ..., observations: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., timing: _Optional[_Union[ServerTiming, _Mapping]] = ...) -> None: ...
+
+class PrepareRequest(_message.Message):
+    __slots__ = ("slot_ids", "clip_ids", "seeds")
+    SLOT_IDS_FIELD_NUMBER: _ClassVar[int]
+    CLIP_IDS_FIELD_NUMBER: _ClassVar[int]
+    SEEDS_FIELD_NUMBER: _ClassVar[int]
+    slot_ids: _containers.RepeatedScalarFieldContainer[int]
+    clip_ids: _containers.RepeatedScalarFieldContainer[int]
+    seeds: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, slot_ids: _Optional[_Iterable[int]] = ..., clip_ids: _Optional[_Iterable[int]] = ..., seeds: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class PrepareResponse(_message.Message):
+    __slots__ = ("slot_ids",)
+    SLOT_IDS_FIELD_NUMBER: _ClassVar[int]
+    slot_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, slot_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class StepRequest(_message.Message):
     __slots__ = ("slot_ids", "actions", "request_id")

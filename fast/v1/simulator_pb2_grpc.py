@@ -70,6 +70,11 @@ class SimulatorStub:
                 request_serializer=fast_dot_v1_dot_simulator__pb2.StepRequest.SerializeToString,
                 response_deserializer=fast_dot_v1_dot_simulator__pb2.StepResponse.FromString,
                 _registered_method=True)
+        self.Prepare = channel.unary_unary(
+                '/fast.v1.Simulator/Prepare',
+                request_serializer=fast_dot_v1_dot_simulator__pb2.PrepareRequest.SerializeToString,
+                response_deserializer=fast_dot_v1_dot_simulator__pb2.PrepareResponse.FromString,
+                _registered_method=True)
 
 
 class SimulatorServicer:
@@ -121,6 +126,14 @@ class SimulatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Prepare(self, request, context):
+        """Start preparing slots' next clips in the background (PrepareRequest says the rules).
+        Optional: served when Capabilities.prefetch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SimulatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -143,6 +156,11 @@ def add_SimulatorServicer_to_server(servicer, server):
                     servicer.StepStream,
                     request_deserializer=fast_dot_v1_dot_simulator__pb2.StepRequest.FromString,
                     response_serializer=fast_dot_v1_dot_simulator__pb2.StepResponse.SerializeToString,
+            ),
+            'Prepare': grpc.unary_unary_rpc_method_handler(
+                    servicer.Prepare,
+                    request_deserializer=fast_dot_v1_dot_simulator__pb2.PrepareRequest.FromString,
+                    response_serializer=fast_dot_v1_dot_simulator__pb2.PrepareResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -269,6 +287,33 @@ class Simulator:
             '/fast.v1.Simulator/StepStream',
             fast_dot_v1_dot_simulator__pb2.StepRequest.SerializeToString,
             fast_dot_v1_dot_simulator__pb2.StepResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Prepare(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fast.v1.Simulator/Prepare',
+            fast_dot_v1_dot_simulator__pb2.PrepareRequest.SerializeToString,
+            fast_dot_v1_dot_simulator__pb2.PrepareResponse.FromString,
             options,
             channel_credentials,
             insecure,

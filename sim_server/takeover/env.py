@@ -63,19 +63,31 @@ class TakeoverEnv:
     def map_id(self, clip_id: int) -> int:
         return int(self.catalog.clip_map_id[clip_id])
 
-    def reset(self, slot_ids: np.ndarray, clip_ids: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+    def prepare(self, clip_id: int, seed: int) -> tuple[float, float, float, float]:
+        """The episode's start perturbation (lateral offset, cos and sin of the heading, speed
+        scale): the part of a reset that depends on (clip, seed) alone, so a simulator server can
+        build it ahead (Prepare) and hand it to `reset`."""
+        # One Generator per episode (not a vector draw) so a slot's start depends only on its own
+        # (clip, seed); math.cos/sin on Python floats keep it independent of batch layout too.
+        u = np.random.default_rng([_EPISODE_STREAM, int(clip_id), int(seed) % 2**64]).uniform(-1.0, 1.0, size=3)
+        heading = START_HEADING_RAD * float(u[1])
+        return float(START_LATERAL_M * u[0]), math.cos(heading), math.sin(heading), 1.0 + START_SPEED_FRACTION * u[2]
+
+    def reset(
+        self,
+        slot_ids: np.ndarray,
+        clip_ids: np.ndarray,
+        seeds: np.ndarray,
+        prepared: list[tuple[float, float, float, float] | None] | None = None,
+    ) -> np.ndarray:
+        """`prepared[j]`: slot j's start as `prepare` built it ahead, or None to build it now."""
         slots = np.asarray(slot_ids, dtype=np.int64)
         clips = np.asarray(clip_ids, dtype=np.int64)
         cat = self.catalog
-        # One Generator per episode (not a vector draw) so a slot's start depends only on its own
-        # (clip, seed); math.cos/sin on Python floats keep it independent of batch layout too.
         lateral, cos_h, sin_h, speed_scale = (np.empty(len(slots)) for _ in range(4))
         for j, (clip, seed) in enumerate(zip(clips.tolist(), np.asarray(seeds).tolist())):
-            u = np.random.default_rng([_EPISODE_STREAM, clip, int(seed) % 2**64]).uniform(-1.0, 1.0, size=3)
-            heading = START_HEADING_RAD * float(u[1])
-            lateral[j] = START_LATERAL_M * u[0]
-            cos_h[j], sin_h[j] = math.cos(heading), math.sin(heading)
-            speed_scale[j] = 1.0 + START_SPEED_FRACTION * u[2]
+            start = prepared[j] if prepared is not None and prepared[j] is not None else self.prepare(clip, seed)
+            lateral[j], cos_h[j], sin_h[j], speed_scale[j] = start
         self._clip[slots] = clips
         self._t[slots] = 0
         self._s[slots] = cat.ego_s[clips]
