@@ -31,6 +31,9 @@ class BrokerConfig(TlsSettings):
     # at most locality_max_repeat of one map while it stays cached. Needs Describe's clip_map_ids.
     locality: bool = False
     locality_max_repeat: int = Field(8, ge=1)
+    # Prefetch (fast.v1 Prepare): deal each slot's next clip ahead and have servers that serve
+    # Prepare load it while the slots step; the Reset then pays only what is left.
+    prefetch: bool = False
     # Deadlines and retries: no wait is unbounded.
     step_timeout_s: float = Field(5.0, gt=0.0)
     reset_timeout_s: float = Field(30.0, gt=0.0)

@@ -134,6 +134,7 @@ class ServerHandle:
     streaming_step: bool = True
     batched_reset: bool = True
     cost_model: pb.CostModel | None = None  # the emulated costs its Describe reported
+    prefetch: bool = False  # Prepare is served (Capabilities.prefetch)
 
 
 @dataclass
@@ -147,6 +148,8 @@ class PoolCounters:
     reset_slots: int = 0
     map_loads: int = 0  # reset slots that loaded their map from scratch (servers that count them)
     map_cache_hits: int = 0
+    prepare_calls: int = 0  # Prepare calls answered
+    prepared: int = 0  # reset slots that started from a preparation
 
     def since(self, earlier: PoolCounters) -> PoolCounters:
         return PoolCounters(**{k: getattr(self, k) - getattr(earlier, k) for k in self.__dataclass_fields__})
@@ -407,6 +410,34 @@ class SimulatorPool:
         await asyncio.gather(*(call(self.servers[s], pos) for s, pos in groups.items()))
         return out
 
+    async def prepare(self, slots: np.ndarray, clips: np.ndarray, seeds: np.ndarray) -> int:
+        """Ask the servers of global `slots` that serve Prepare to start loading these clips; returns
+        how many slots were taken. A hint, never a fault: a server that is down or refuses is left to
+        the Reset that follows (which loads as always); one that answers UNIMPLEMENTED is not asked again."""
+        taken = 0
+
+        async def call(server: ServerHandle, positions: np.ndarray) -> None:
+            nonlocal taken
+            local = self.slot_local[slots[positions]]
+            try:
+                answered = await server.client.prepare(
+                    local, clips[positions], seeds[positions], timeout_s=self.timeouts.step_s
+                )
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    server.prefetch = False
+                    log.warning("simulator %s: Prepare is unimplemented; resetting without it", server.address)
+                return
+            except (asyncio.TimeoutError, OSError):
+                return
+            self.counters.prepare_calls += 1
+            taken += len(answered)
+
+        groups = self._by_server(slots)
+        serving = [s for s in groups if self.servers[s].up and self.servers[s].prefetch]
+        await asyncio.gather(*(call(self.servers[s], groups[s]) for s in serving))
+        return taken
+
     def steps_by_stream(self, server: ServerHandle, *, unary: bool = False) -> bool:
         """Whether `step` uses the server's StepStream: the pool streams, the caller allows it (not
         unary) and the server has one."""
@@ -452,6 +483,7 @@ class SimulatorPool:
             self.counters.reset_slots += positions.size
             self.counters.map_loads += timing.map_loads
             self.counters.map_cache_hits += timing.map_cache_hits
+            self.counters.prepared += timing.prepared
 
         calls = []
         for s, positions in self._by_server(slots).items():
@@ -547,6 +579,7 @@ def _take_capabilities(server: ServerHandle, desc: ServerDescription, *, first: 
             log.warning("simulator %s: no batched Reset, sending one Reset per slot", server.address)
     server.streaming_step, server.batched_reset = desc.streaming_step, desc.batched_reset
     server.cost_model = desc.cost_model
+    server.prefetch = desc.prefetch
 
 
 def moving_average(previous: float, sample: float, weight: float = LATENCY_EMA_WEIGHT) -> float:

@@ -295,6 +295,7 @@ class BrokerRun:
             alpha=s.alpha,
             t_max=s.t_max,
             stall_timeout_s=c.stall_timeout_s,
+            prefetch=c.prefetch,
         )
 
     async def _admit_new_servers(self) -> bool:

@@ -478,6 +478,21 @@ def bench_sampling(
     locality_max_repeat: Annotated[
         int, typer.Option(min=1, help="Locality's diversity knob: clips of one map a server gets in a row.")
     ] = 8,
+    prefetch: Annotated[
+        str,
+        typer.Option(
+            help="Load slots' next clips while they step (fast.v1 Prepare): off, on, or off,on for both "
+            "(rows MODE+prefetch)."
+        ),
+    ] = "off,on",
+    prefetch_step_penalty: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Fractions of the step latency added while a background load runs, comma-separated; each "
+            "value gets servers of its own (rows PRESET+penalty<value>; only presets with step and load costs). "
+            "\\[default: 0,0.25; 0 with --simulators]"
+        ),
+    ] = None,
     length_samples: Annotated[
         int,
         typer.Option(min=0, help="Steady-state episode lengths: valid transitions counted per configuration; 0 skips."),
@@ -518,6 +533,10 @@ def bench_sampling(
             length_samples=length_samples,
             length_warmup_steps=length_warmup_steps,
             locality=_on_off(locality, "--locality"),
+            prefetch=_on_off(prefetch, "--prefetch"),
+            prefetch_step_penalties=_csv(
+                prefetch_step_penalty or ("0" if simulators else "0,0.25"), float, "--prefetch-step-penalty"
+            ),
             locality_max_repeat=locality_max_repeat,
         )
         out_dir = out or Path("runs") / f"bench-sampling-{_time.strftime('%Y%m%d-%H%M%S')}"

@@ -34,6 +34,7 @@ class ServerDescription:
     # Its Capabilities: Reset takes several slots in one call; StepStream is implemented.
     batched_reset: bool = True
     streaming_step: bool = True
+    prefetch: bool = False  # Prepare is served
     # The map of each clip ([num_clips] int64), or empty when the server does not say.
     clip_map_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
@@ -110,6 +111,7 @@ class SimulatorClient(RpcClient):
             server_version=r.server_version,
             batched_reset=r.capabilities.batched_reset,
             streaming_step=r.capabilities.streaming_step,
+            prefetch=r.capabilities.prefetch,
             clip_map_ids=np.asarray(r.clip_map_ids, dtype=np.int64),
         )
 
@@ -122,6 +124,16 @@ class SimulatorClient(RpcClient):
             timeout=self.timeout_s if timeout_s is None else timeout_s,
         )
         return reset_reply(r)
+
+    async def prepare(self, slot_ids, clip_ids, seeds=(), *, timeout_s: float | None = None) -> list[int]:
+        """Start preparing the slots' next clips (answered at once); the slots the server took."""
+        r = await self._stub.Prepare(
+            pb.PrepareRequest(
+                slot_ids=list(map(int, slot_ids)), clip_ids=list(map(int, clip_ids)), seeds=list(map(int, seeds))
+            ),
+            timeout=self.timeout_s if timeout_s is None else timeout_s,
+        )
+        return list(r.slot_ids)
 
     async def step(self, slot_ids, actions: np.ndarray, *, timeout_s: float | None = None) -> StepReply:
         r = await self._stub.Step(

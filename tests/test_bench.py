@@ -41,6 +41,8 @@ def test_bench_sampling_tiny_writes_json_table_and_charts(tmp_path: Path) -> Non
         "20",
         "--locality",
         "off",
+        "--prefetch",
+        "off",
         "--out",
         str(out),
     )
@@ -76,7 +78,8 @@ def test_bench_sampling_tiny_writes_json_table_and_charts(tmp_path: Path) -> Non
 def test_bench_sampling_with_map_locality_hits_the_map_cache_more(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     args = ["--modes", "sc,fast", "--clips", "6", "--preset", "calibrated", "--repeats", "1", "--samples", "600"]
-    args += ["--no-gym-reference", "--length-samples", "0", "--locality", "off,on", "--out", str(out)]
+    args += ["--no-gym-reference", "--length-samples", "0", "--locality", "off,on", "--prefetch", "off"]
+    args += ["--out", str(out)]
     done = _fast("bench", "sampling", *args)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {(r["mode"], r["clips"]): r for r in json.loads((out / "sampling.json").read_text())["rows"]}
@@ -345,6 +348,10 @@ def test_bench_sampling_serves_a_gymnasium_env(tmp_path: Path) -> None:
         "--no-gym-reference",
         "--length-samples",
         "0",
+        "--locality",
+        "off",
+        "--prefetch",
+        "off",
         "--out",
         str(out),
     )

@@ -130,7 +130,7 @@ def test_bench_sampling_on_external_simulators(external, tmp_path: Path) -> None
         app,
         ["bench", "sampling", "--simulators", _spec(external), "--modes", "sc,fast", "--clips", "2,4"]
         + ["--repeats", "1", "--samples", "64", "--length-samples", "32", "--length-warmup-steps", "4"]
-        + ["--out", str(out)],
+        + ["--locality", "off", "--prefetch", "off", "--out", str(out)],
     )
     assert result.exit_code == 0, result.output
     bench = json.loads((out / "sampling.json").read_text())

@@ -63,11 +63,14 @@ def make_sampler(
     t_max: int = 1000,
     stall_timeout_s: float = 60.0,
     slots: np.ndarray | None = None,
+    prefetch: bool = False,
 ) -> Sampler:
     """A fresh sampler of `mode` over `slots` (global ids; all the pool's by default), with its own state."""
     if mode not in MODE_NAMES:
         raise ValueError(f"mode {mode!r} is unknown; use one of {', '.join(MODE_NAMES)}")
-    common = dict(samples_per_iteration=samples_per_iteration, stall_timeout_s=stall_timeout_s, slots=slots)
+    common = dict(
+        samples_per_iteration=samples_per_iteration, stall_timeout_s=stall_timeout_s, slots=slots, prefetch=prefetch
+    )
     if mode == "ver":
         return VerSampler(pool, runner, dealer, **common)
     rule = LOCKSTEP_RULES[mode].configured(alpha=alpha, t_max=t_max)

@@ -72,9 +72,11 @@ class LockstepSampler:
         samples_per_iteration: int,
         stall_timeout_s: float = 60.0,
         slots: np.ndarray | None = None,
+        prefetch: bool = False,
     ) -> None:
         self.pool, self.runner, self.dealer = pool, runner, dealer
         self.rule = rule
+        self.prefetch = prefetch
         self.samples_per_iteration = samples_per_iteration
         self.stall_timeout_s = stall_timeout_s
         # Global ids of the slots this sampler drives (those offered, all by default, as the rule picks).
@@ -88,6 +90,9 @@ class LockstepSampler:
         self.round_members = np.zeros(n, dtype=bool)  # slots reset at the start of this round
         self.round_done = np.zeros(n, dtype=bool)  # members whose episode ended (or failed) this round
         self.round_steps = 0
+        # Prefetch: each slot's next clip and seed, dealt ahead and being prepared by its server (-1: none).
+        self.next_clip = np.full(n, -1, dtype=np.int64)
+        self.next_seed = np.zeros(n, dtype=np.int64)
 
     @property
     def mode(self) -> str:
@@ -110,7 +115,7 @@ class LockstepSampler:
         """Reset slots (positions into self.slots) onto freshly dealt clips; returns which succeeded."""
         if positions.size == 0:
             return np.zeros(0, dtype=bool)
-        clips, seeds = self.dealer.deal(positions.size, self.pool.slot_server[self.slots[positions]])
+        clips, seeds = self._clips_for(positions)
         started = time.perf_counter()
         result = await self.pool.reset(self.slots[positions], clips, seeds, batched=batched)
         stats.reset_wall_s += time.perf_counter() - started
@@ -123,6 +128,31 @@ class LockstepSampler:
         self.episode_len[done] = 0
         stats.slot_resets += done.size
         return ok
+
+    def _clips_for(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The clips these slots start next: those dealt ahead for them (prefetch), the others dealt now."""
+        ahead = self.next_clip[positions] >= 0
+        clips, seeds = self.next_clip[positions].copy(), self.next_seed[positions].copy()
+        if not ahead.all():
+            fresh = positions[~ahead]
+            clips[~ahead], seeds[~ahead] = self.dealer.deal(fresh.size, self.pool.slot_server[self.slots[fresh]])
+        self.next_clip[positions] = -1
+        return clips, seeds
+
+    async def _prepare_next(self, positions: np.ndarray) -> None:
+        """Prefetch: deal these slots' next clips now and have their servers start loading them
+        while the slots step (servers without Prepare load them at the Reset, as always).
+
+        The clips are dealt in the same order as without prefetch (a round's slots together, at the
+        start of the round before), so with every server up a run plays the same clips and seeds."""
+        if not self.prefetch:
+            return
+        free = positions[self.next_clip[positions] < 0]
+        if free.size == 0:
+            return
+        clips, seeds = self.dealer.deal(free.size, self.pool.slot_server[self.slots[free]])
+        self.next_clip[free], self.next_seed[free] = clips, seeds
+        await self.pool.prepare(self.slots[free], clips, seeds)
 
     async def _wait_for_a_server(self, stats: IterationStats) -> None:
         """Retry down servers (with their backoff) until one is up; bounded by stall_timeout_s."""
@@ -145,6 +175,7 @@ class LockstepSampler:
             await self._wait_for_a_server(stats)
         up = np.flatnonzero(self._up())
         ok = await self._reset(up, batched=True, stats=stats)
+        await self._prepare_next(up[ok])  # the next round's clips load while this round steps
         stats.global_resets += 1
         self.round_members[:] = False
         self.round_members[up[ok]] = True
@@ -163,10 +194,13 @@ class LockstepSampler:
         if not self._up().all():
             await self.pool.readmit_due()
         idle = np.flatnonzero(~self.live & self._up())
-        await self._reset(idle, batched=False, stats=stats)
+        ok = await self._reset(idle, batched=False, stats=stats)
+        await self._prepare_next(idle[ok])  # each slot's next clip loads while its episode runs
         if not self.live.any():
             await self._wait_for_a_server(stats)
-            await self._reset(np.flatnonzero(~self.live & self._up()), batched=False, stats=stats)
+            idle = np.flatnonzero(~self.live & self._up())
+            ok = await self._reset(idle, batched=False, stats=stats)
+            await self._prepare_next(idle[ok])
 
     async def sample(self) -> tuple[dict[str, np.ndarray], IterationStats]:
         n = self.slots.size

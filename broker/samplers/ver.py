@@ -89,8 +89,11 @@ class VerSampler:
         samples_per_iteration: int,
         stall_timeout_s: float = 60.0,
         slots: np.ndarray | None = None,
+        prefetch: bool = False,
     ) -> None:
         self.pool, self.runner, self.dealer = pool, runner, dealer
+        self.prefetch = prefetch
+        self._next: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # prefetch: position -> (clip, seed) dealt ahead
         self.samples_per_iteration = samples_per_iteration
         self.stall_timeout_s = stall_timeout_s
         # Global ids of the slots this sampler drives; arrays below are indexed by position.
@@ -127,7 +130,8 @@ class VerSampler:
                     if not server.up:
                         await asyncio.sleep(0.05)
                         continue
-                clips, seeds = self.dealer.deal(1, self.pool.slot_server[self.slots[s : s + 1]])
+                here = self.pool.slot_server[self.slots[s : s + 1]]
+                clips, seeds = self._next.pop(s, None) or self.dealer.deal(1, here)
                 t0 = time.perf_counter()
                 r = await self.pool.reset(self.slots[s : s + 1], clips, seeds, batched=False)
                 reset_s[s] += time.perf_counter() - t0
@@ -136,6 +140,9 @@ class VerSampler:
                 if not r.failed[0]:
                     self.obs[s], self.live[s], self.episode_len[s] = r.observations[0], True, 0
                     stats.slot_resets += 1
+                    if self.prefetch:  # the slot's next clip loads while this episode runs
+                        self._next[s] = self.dealer.deal(1, here)
+                        await self.pool.prepare(self.slots[s : s + 1], *self._next[s])
             return True
 
         # Steps taken from the budget whose answer is not in yet: a failed one gives its sample back,

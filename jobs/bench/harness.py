@@ -55,6 +55,10 @@ class SamplingBenchConfig:
     # Clip dealing without and/or with map locality (broker/dealer.py); a row with it is MODE+locality.
     locality: tuple[bool, ...] = (False,)
     locality_max_repeat: int = 8
+    # Without and/or with prefetch (fast.v1 Prepare, broker/samplers/); a row with it is MODE+prefetch.
+    prefetch: tuple[bool, ...] = (False,)
+    # The cost model's prefetch_step_penalty: servers of their own per value (0: the preset's own).
+    prefetch_step_penalties: tuple[float, ...] = (0.0,)
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.modes if m not in MODES]
@@ -66,6 +70,14 @@ class SamplingBenchConfig:
             raise ValueError(
                 f"servers={self.servers}, repeats={self.repeats}, samples={self.samples}: each must be >= 1"
             )
+        if not self.prefetch:
+            raise ValueError("prefetch is empty: give off, on or off,on")
+        if not self.prefetch_step_penalties or not all(0 <= p <= 10 for p in self.prefetch_step_penalties):
+            raise ValueError(
+                f"prefetch_step_penalties={list(self.prefetch_step_penalties)}: give fractions 0 to 10, e.g. 0,0.25"
+            )
+        if self.simulators and self.prefetch_step_penalties != (0.0,):
+            raise ValueError(inapplicable(["--prefetch-step-penalty"]))
         if not self.locality or self.locality_max_repeat < 1:
             raise ValueError(
                 f"locality={self.locality}, locality_max_repeat={self.locality_max_repeat}: give off, on or off,on "
@@ -143,6 +155,7 @@ async def measure_mode(
     warmup_samples: int,
     samples: int,
     locality: bool = False,
+    prefetch: bool = False,
 ) -> dict:
     """A fresh sampler of `mode` on `clips` slots: one warm-up iteration, then the measured one's summary."""
     slots = spread_slots(pool, clips)
@@ -159,6 +172,7 @@ async def measure_mode(
         alpha=cfg.alpha,
         t_max=cfg.t_max,
         slots=slots,
+        prefetch=prefetch,
     )
     await sampler.sample()
     sampler.samples_per_iteration = samples
@@ -195,6 +209,7 @@ def with_limit(summary: dict, pool: SimulatorPool, slots: np.ndarray, calls: Poo
         "map_loads": calls.map_loads,
         "map_cache_hits": calls.map_cache_hits,
         "cache_hit_rate": hit_rate if counted else float("nan"),
+        "prepared_share": calls.prepared / calls.reset_slots if calls.reset_slots else float("nan"),
         **limit.as_row(),
         "limit_share": summary["effective_throughput"] / limit.limit if math.isfinite(limit.limit) else float("nan"),
     }
@@ -202,7 +217,7 @@ def with_limit(summary: dict, pool: SimulatorPool, slots: np.ndarray, calls: Poo
 
 @asynccontextmanager
 async def simulator_pool(
-    cfg: SamplingBenchConfig, preset: str, external: ExternalSimulators | None = None
+    cfg: SamplingBenchConfig, preset: str, external: ExternalSimulators | None = None, extra: tuple[str, ...] = ()
 ) -> AsyncIterator[SimulatorPool]:
     """`cfg.servers` sim-server processes under `preset`, with slots for the largest clip count, as one pool.
 
@@ -211,7 +226,8 @@ async def simulator_pool(
     """
     workload = Workload(cfg.env, (), cfg.holdout_every)
     slots = math.ceil(max(cfg.clips) / cfg.servers)
-    with job_simulators(workload, cfg.servers, slots, ("--cost-preset", preset), external=external) as servers:
+    server_args = ("--cost-preset", preset, *extra)
+    with job_simulators(workload, cfg.servers, slots, server_args, external=external) as servers:
         pool = SimulatorPool(credentials=servers.credentials)
         try:
             for address in servers.addresses:

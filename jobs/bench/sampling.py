@@ -35,6 +35,7 @@ from jobs.external import ExternalSimulators, check_simulators
 
 GYM_REFERENCE = "gym-async"  # Gymnasium AsyncVectorEnv with per-env autoreset (jobs/bench/gym_reference.py)
 LOCALITY = "+locality"  # the suffix of a mode's label when it deals clips with map locality
+PREFETCH = "+prefetch"  # ... and when it prepares slots' next clips ahead (fast.v1 Prepare)
 # The figures a table row carries, from IterationStats.summary().
 METRICS = (
     "sampling_time_s",
@@ -51,6 +52,7 @@ METRICS = (
     "limit",
     "limit_share",
     "distinct_maps",
+    "prepared_share",
 )
 
 
@@ -65,24 +67,39 @@ class Measurement:
 
 
 async def _run_preset(
-    cfg: SamplingBenchConfig, preset: str, log, external: ExternalSimulators | None = None
+    cfg: SamplingBenchConfig, preset: str, log, external: ExternalSimulators | None = None, penalty: float = 0.0
 ) -> list[Measurement]:
+    """Every configuration under one cost preset; with a prefetch step `penalty` (servers of their own,
+    started with it) the rows' preset reads PRESET+penalty<value>."""
     measurements: list[Measurement] = []
-    async with simulator_pool(cfg, preset, external) as pool:
+    extra = ("--prefetch-step-penalty", repr(penalty)) if penalty else ()
+    if penalty:
+        preset_label = f"{preset}+penalty{penalty:g}"
+    else:
+        preset_label = preset
+    async with simulator_pool(cfg, preset, external, extra) as pool:
         policies = fixed_policies(cfg, pool)
+        localities, prefetches = cfg.locality, cfg.prefetch
+        if True in localities and pool.clip_map_ids.size != pool.num_clips:
+            log("map locality not measured: the simulators do not list each clip's map (Describe.clip_map_ids)")
+            localities = (False,)
+        if True in prefetches and not any(s.prefetch for s in pool.servers):
+            log("prefetch not measured: no simulator serves Prepare (Capabilities.prefetch)")
+            prefetches = (False,)
         plan = [
-            (policy, mode, n, local)
+            (policy, mode, n, local, ahead)
             for policy in policies
             for mode in cfg.modes
             for n in (cfg.clips if mode != "sc" else (1,))
-            for local in cfg.locality
+            for local in localities
+            for ahead in prefetches
         ]
         if cfg.gym_reference:
-            plan += [(policy, GYM_REFERENCE, n, False) for policy in policies for n in cfg.clips]
+            plan += [(policy, GYM_REFERENCE, n, False, False) for policy in policies for n in cfg.clips]
         rng = np.random.default_rng(cfg.seed)
         for repeat in range(cfg.repeats):
             for j in rng.permutation(len(plan)):  # interleaved, a new order each repeat
-                policy, mode, n, local = plan[j]
+                policy, mode, n, local, ahead = plan[j]
                 hidden, weights = policies[policy]
                 started = time.perf_counter()
                 if mode == GYM_REFERENCE:
@@ -103,11 +120,12 @@ async def _run_preset(
                         warmup_samples=cfg.warmup_samples,
                         samples=cfg.samples,
                         locality=local,
+                        prefetch=ahead,
                     )
-                label = f"{mode}{LOCALITY if local else ''}"
-                measurements.append(Measurement(preset, policy, label, n, repeat, summary))
+                label = f"{mode}{PREFETCH if ahead else ''}{LOCALITY if local else ''}"
+                measurements.append(Measurement(preset_label, policy, label, n, repeat, summary))
                 log(
-                    f"{preset:>10} {policy:>7} {label:>9} clips={n:<3} repeat {repeat + 1}/{cfg.repeats}: "
+                    f"{preset_label:>10} {policy:>7} {label:>9} clips={n:<3} repeat {repeat + 1}/{cfg.repeats}: "
                     f"effective {summary['effective_throughput']:,.0f}/s, eta {summary['validity']:.2f}, "
                     f"time efficiency {summary['time_efficiency']:.3f} ({time.perf_counter() - started:.1f} s)"
                 )
@@ -155,6 +173,17 @@ def aggregate(measurements: list[Measurement]) -> list[dict]:
     return rows
 
 
+def _penalties(cfg: SamplingBenchConfig, preset: str) -> tuple[float, ...]:
+    """The prefetch step penalties that mean something under `preset`: a non-zero one only when
+    prefetch is measured and the preset has both a step latency and map loads to overlap."""
+    from sim_server.cost_model import PRESETS
+
+    costs = PRESETS.get(preset)
+    applies = True in cfg.prefetch and costs is not None and costs.step_latency_s > 0 and costs.map_load_s > 0
+    kept = tuple(p for p in cfg.prefetch_step_penalties if p == 0 or applies)
+    return kept or (0.0,)
+
+
 def run(cfg: SamplingBenchConfig, out_dir: Path, log=print) -> dict:
     external = check_simulators(cfg.simulators) if cfg.simulators else None  # before anything is measured
     if external is not None:
@@ -163,7 +192,8 @@ def run(cfg: SamplingBenchConfig, out_dir: Path, log=print) -> dict:
     started = time.time()
     measurements: list[Measurement] = []
     for preset in cfg.presets:
-        measurements += asyncio.run(_run_preset(cfg, preset, log, external))
+        for penalty in _penalties(cfg, preset):
+            measurements += asyncio.run(_run_preset(cfg, preset, log, external, penalty))
     rows = aggregate(measurements)
     lengths = []
     if cfg.length_samples > 0:

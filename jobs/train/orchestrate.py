@@ -226,6 +226,7 @@ class TrainingRun:
                 "FAST_BROKER_HOLDOUT_EVERY": str(HOLDOUT_EVERY),
                 "FAST_BROKER_LOCALITY": str(cfg.locality).lower(),
                 "FAST_BROKER_LOCALITY_MAX_REPEAT": str(cfg.locality_max_repeat),
+                "FAST_BROKER_PREFETCH": str(cfg.prefetch).lower(),
             },
         )
         self.addresses["broker"] = processes.wait_listening(self.broker, deadline, stopping).address
