@@ -553,7 +553,12 @@ def bench_sampling(
     "time to a target return, PNG curves.",
 )
 def bench_train(
-    modes: Annotated[str, typer.Option(help="Sampling modes, comma-separated.")] = "sc,sgr,ver,fast",
+    modes: Annotated[
+        str,
+        typer.Option(
+            help="Sampling modes, comma-separated; a mode may add +locality and/or +prefetch (e.g. fast+locality)."
+        ),
+    ] = "sc,sgr,ver,fast",
     clips: Annotated[
         Optional[int], typer.Option(min=1, help="Parallel clips (slots) of every run. \\[default: 10]")
     ] = None,

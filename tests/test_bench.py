@@ -231,6 +231,12 @@ def _record(mode: str, seed: int, reached: bool, training_s: float, reached_at: 
     }
 
 
+def test_bench_train_modes_may_add_locality_and_prefetch() -> None:
+    assert TrainBenchConfig(modes=("fast", "fast+locality", "ver+prefetch+locality")).modes[1] == "fast+locality"
+    with pytest.raises(ValueError, match=r"modes \['fast\+turbo'\] are unknown.*\+locality and \+prefetch"):
+        TrainBenchConfig(modes=("fast+turbo",))
+
+
 def test_summary_censors_runs_that_never_reached_the_target_at_their_training_time() -> None:
     config = TrainBenchConfig(modes=("sc", "fast"), seeds=2)
     rows = {

@@ -6,6 +6,7 @@ import math
 import multiprocessing
 import os
 import threading
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -26,7 +27,6 @@ SMALL_COSTS = CostModelConfig(
     map_load_s=0.020, map_load_cached_s=0.002, map_load_shared=True, map_cache_size=2,
 )  # fmt: skip
 # Waits never end early; a shared 2-core machine may oversleep by a few ms.
-LATE_S = 0.008
 
 
 @pytest.fixture(scope="module")
@@ -98,19 +98,20 @@ def test_gym_env_deals_its_own_shuffled_clips(catalog) -> None:
 
 
 def test_cost_model_waits_what_the_config_says(catalog) -> None:
+    # Never early (lower bounds); whether a map loads is counted, not timed: a busy machine is late.
     env = TakeoverGymEnv(catalog=catalog, cost=SMALL_COSTS)
     first = _clip_on_map(catalog, 0)
     _, info = env.reset(options={"clip_id": first})
-    assert 0.030 <= info["reset_s"] < 0.030 + LATE_S and info["step_s"] == 0.0  # fixed + new map
+    assert info["reset_s"] >= 0.030 and info["reset_map_loads"] == 1 and info["step_s"] == 0.0  # fixed + new map
     _, _, _, _, info = env.step(np.zeros(2, np.float32))
-    assert 0.005 <= info["step_s"] < 0.005 + LATE_S and info["reset_s"] == 0.0  # compute included
+    assert info["step_s"] >= 0.005 and info["reset_s"] == 0.0  # compute included
     _, info = env.reset(options={"clip_id": _clip_on_map(catalog, 0, not_clip=first)})
-    assert 0.012 <= info["reset_s"] < 0.012 + LATE_S  # fixed + cached map
+    assert info["reset_s"] >= 0.012 and info["reset_map_loads"] == 0  # fixed + cached map
     # LRU of 2 maps: after maps 1 and 2, map 0 is evicted and loads in full again.
     env.reset(options={"clip_id": _clip_on_map(catalog, 1)})
     env.reset(options={"clip_id": _clip_on_map(catalog, 2)})
     _, info = env.reset(options={"clip_id": first})
-    assert 0.030 <= info["reset_s"] < 0.030 + LATE_S
+    assert info["reset_s"] >= 0.030 and info["reset_map_loads"] == 1
 
 
 def test_envs_of_one_server_queue_and_share_its_map_cache(catalog) -> None:
@@ -127,27 +128,34 @@ def test_envs_of_one_server_queue_and_share_its_map_cache(catalog) -> None:
             infos[i] = envs[i].reset(options={"clip_id": clips[i]})[1]
 
         threads = [threading.Thread(target=reset, args=(i,)) for i in range(2)]
+        started = time.perf_counter()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        for info in infos:
+            info["both_s"] = time.perf_counter() - started
         return infos
 
+    # Only lower bounds on times (a loaded machine makes every wait late, never early); which map loads
+    # and which is cached is counted, not timed.
     new_maps = [_clip_on_map(catalog, 3), _clip_on_map(catalog, 4)]
     server = ServerCostResources.create(SMALL_COSTS.map_cache_size)
     a, b = sorted(concurrent_resets([server, server], new_maps), key=lambda info: info["reset_s"])
-    assert 0.030 <= a["reset_s"] < 0.030 + LATE_S
-    assert 0.050 <= b["reset_s"] < 0.050 + LATE_S
-    assert 0.020 <= a["reset_queued_s"] + b["reset_queued_s"] < 0.020 + LATE_S
+    assert a["reset_map_loads"] == b["reset_map_loads"] == 1
+    assert a["reset_s"] >= 0.030 and a["both_s"] >= 0.050  # engine 2 x 10 ms and channel 2 x 20 ms, in turn
+    assert b["reset_queued_s"] >= 0.005  # B queued (for A's fixed part, then A's load)
     # Both maps are now in the server's cache, whichever env loaded them.
     cached = [_clip_on_map(catalog, 4, not_clip=new_maps[1]), _clip_on_map(catalog, 3, not_clip=new_maps[0])]
     a, b = sorted(concurrent_resets([server, server], cached), key=lambda info: info["reset_s"])
-    assert 0.012 <= a["reset_s"] < 0.012 + LATE_S  # fixed + cached load
-    assert 0.022 <= b["reset_s"] < 0.022 + LATE_S  # queued for A's fixed part, then its own + cached load
+    assert a["reset_map_loads"] == b["reset_map_loads"] == 0
+    assert a["reset_s"] >= 0.012  # fixed + cached load
+    assert b["both_s"] >= 0.022 and b["reset_queued_s"] >= 0.005  # queued for A's fixed part
 
     two_servers = [ServerCostResources.create(SMALL_COSTS.map_cache_size) for _ in range(2)]
-    for info in concurrent_resets(two_servers, new_maps):
-        assert 0.030 <= info["reset_s"] < 0.030 + LATE_S and info["reset_queued_s"] < 0.002
+    for info in concurrent_resets(two_servers, new_maps):  # nothing to queue for: each server its own
+        assert info["reset_map_loads"] == 1 and info["reset_s"] >= 0.030
+        assert info["reset_queued_s"] < 0.010  # less than the other's fixed part: it never waited for it
 
 
 def _children(pid: int) -> set[int]:

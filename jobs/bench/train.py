@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -40,6 +41,8 @@ from jobs.external import check_simulators, inapplicable, parse_simulators
 from jobs.simulators import Workload, job_simulators
 from learner.checkpoint import prune_checkpoints
 
+# What a mode's label may add to it (`fast+locality`): the `fast train` setting each turns on.
+FEATURES = {"locality": "FAST_TRAIN_LOCALITY", "prefetch": "FAST_TRAIN_PREFETCH"}
 # The simulators of every run when no `simulators` are given (None in the config means these).
 DEFAULTS = {"clips": 10, "servers": 2, "preset": "calibrated"}
 
@@ -74,9 +77,12 @@ class TrainBenchConfig:
             for name, default in DEFAULTS.items():
                 if getattr(self, name) is None:
                     object.__setattr__(self, name, default)
-        unknown = [m for m in self.modes if m not in MODES]
+        unknown = [m for m in self.modes if m.split("+")[0] not in MODES or not set(m.split("+")[1:]) <= set(FEATURES)]
         if unknown:
-            raise ValueError(f"modes {unknown} are unknown; use some of {', '.join(MODES)}")
+            raise ValueError(
+                f"modes {unknown} are unknown; use some of {', '.join(MODES)}, each optionally with "
+                f"{' and '.join('+' + f for f in FEATURES)} (e.g. fast+prefetch+locality)"
+            )
         counts = {
             "clips": self.clips,
             "seeds": self.seeds,
@@ -198,8 +204,10 @@ def _train_and_evaluate(
     progress: str,
     note: str = "",
 ) -> dict:
-    name = f"{mode}-s{seed}"
+    name = f"{mode.replace('+', '-')}-s{seed}"
     run_dir = runs_dir / name
+    base, *features = mode.split("+")
+    env = {**os.environ, **{FEATURES[f]: "true" for f in features}}
     simulators = (
         ["--simulators", ",".join(cfg.simulators)]
         if cfg.simulators
@@ -211,7 +219,7 @@ def _train_and_evaluate(
         "fast",
         "train",
         "--mode",
-        mode,
+        base,
         "--seed",
         str(seed),
         *simulators,
@@ -234,7 +242,7 @@ def _train_and_evaluate(
     ]
     log(f"fast train {name} ({progress})")
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise RuntimeError(f"fast train {name} exited {done.returncode}: {done.stdout[-2000:]}")

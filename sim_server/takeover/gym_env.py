@@ -138,6 +138,8 @@ class SyncCostModel:
         is updated only once the load is done, as in CostModel.reset."""
         timing = CostTiming()
         for wait in reset_waits(self.config, [map_id], self.server.is_cached):
+            timing.map_loads += wait.map_loads
+            timing.map_cache_hits += wait.map_cache_hits
             self._make(wait, timing)
         self.server.remember_map(map_id)
         return timing
@@ -248,6 +250,7 @@ class TakeoverGymEnv(gym.Env):
             "step_s": 0.0,
             "reset_s": reset_s,
             "reset_queued_s": cost.queued_s,
+            "reset_map_loads": cost.map_loads,  # 1 when the clip's map was not in the server's cache
         }
         return obs, info
 
