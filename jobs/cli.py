@@ -469,6 +469,9 @@ def bench_sampling(
             help="Workload: takeover, or gym:<id> such as gym:highway_env:highway-fast-v0. \\[default: takeover]"
         ),
     ] = None,
+    ver_per_slot: Annotated[
+        bool, typer.Option(help="Also measure VER stepping one slot per Step call (rows ver+perslot), as it was.")
+    ] = False,
     locality: Annotated[
         str,
         typer.Option(
@@ -533,6 +536,7 @@ def bench_sampling(
             length_samples=length_samples,
             length_warmup_steps=length_warmup_steps,
             locality=_on_off(locality, "--locality"),
+            ver_per_slot=ver_per_slot,
             prefetch=_on_off(prefetch, "--prefetch"),
             prefetch_step_penalties=_csv(
                 prefetch_step_penalty or ("0" if simulators else "0,0.25"), float, "--prefetch-step-penalty"

@@ -96,6 +96,18 @@ def test_bench_sampling_with_map_locality_hits_the_map_cache_more(tmp_path: Path
     assert done.returncode == 2 and "give off, on or off,on" in done.stderr
 
 
+def test_bench_sampling_measures_ver_before_and_after_batching_its_steps(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    args = ["--modes", "ver", "--clips", "6", "--preset", "off", "--repeats", "1", "--samples", "300"]
+    args += ["--no-gym-reference", "--length-samples", "0", "--locality", "off", "--prefetch", "off"]
+    done = _fast("bench", "sampling", *args, "--ver-per-slot", "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {r["mode"]: r for r in json.loads((out / "sampling.json").read_text())["rows"]}
+    assert set(rows) == {"ver", "ver+perslot"}
+    assert rows["ver+perslot"]["step_calls_per_valid"] == 1.0  # one call per slot-step, as VER was
+    assert rows["ver"]["step_calls_per_valid"] < 0.75  # 6 slots on 2 servers: the ready ones step together
+
+
 def test_bench_sampling_bad_options_exit_2_with_the_fix(tmp_path: Path) -> None:
     done = _fast("bench", "sampling", "--modes", "fast,turbo", "--out", str(tmp_path / "x"), timeout=60)
     assert (

@@ -233,6 +233,28 @@ def test_sc_uses_one_slot() -> None:
     assert rb.valid_mask.shape == (9, 1) and all(call == [0] for call in env.reset_calls)
 
 
+def test_ver_steps_the_ready_slots_of_a_server_in_one_call() -> None:
+    async def go(step_batching: bool):
+        envs = ScriptedLengthEnv([30, 30, 30]), ScriptedLengthEnv([30, 30, 30])
+        async with scripted_pool(*envs) as (pool, runner):
+            dealer = ClipDealer(50, holdout_every=0, seed=0)
+            sampler = make_sampler(
+                "ver", pool, runner, dealer, samples_per_iteration=120, ver_step_batching=step_batching
+            )
+            batch, stats = await sampler.sample()
+            return batch, stats, pool.counters.step_calls
+
+    batched, stats, calls = asyncio.run(go(True))
+    _check_batch(batched)
+    assert stats.valid == 120
+    # Six slots on two servers, all ready together after each batched forward pass: a call per
+    # server per step of its slots, not a call per slot-step.
+    assert calls <= 0.75 * 120, calls
+    per_slot, per_slot_stats, per_slot_calls = asyncio.run(go(False))
+    _check_batch(per_slot)
+    assert per_slot_calls == per_slot_stats.valid == 120
+
+
 def test_ver_fills_budget_unevenly_without_padding() -> None:
     async def go():
         env = ScriptedLengthEnv([2, 30, 30])

@@ -64,6 +64,7 @@ def make_sampler(
     stall_timeout_s: float = 60.0,
     slots: np.ndarray | None = None,
     prefetch: bool = False,
+    ver_step_batching: bool = True,  # ver: step the ready slots of a server in one call (False: one per slot)
 ) -> Sampler:
     """A fresh sampler of `mode` over `slots` (global ids; all the pool's by default), with its own state."""
     if mode not in MODE_NAMES:
@@ -72,6 +73,6 @@ def make_sampler(
         samples_per_iteration=samples_per_iteration, stall_timeout_s=stall_timeout_s, slots=slots, prefetch=prefetch
     )
     if mode == "ver":
-        return VerSampler(pool, runner, dealer, **common)
+        return VerSampler(pool, runner, dealer, step_batching=ver_step_batching, **common)
     rule = LOCKSTEP_RULES[mode].configured(alpha=alpha, t_max=t_max)
     return LockstepSampler(pool, runner, dealer, rule, **common)

@@ -2,10 +2,14 @@
 
 Each slot loops: infer, step, and on an episode's end reset, all without waiting for the
 other slots. Inference is batched over whichever slots are waiting for an action at that
-moment. The iteration has a fixed step budget that slots fill unevenly (fast slots take
-more of it). Each slot's steps form one segment; segments are concatenated into a [L, 1]
-batch (every segment ends terminated or truncated, so GAE never crosses segments), without
-padding. Live episodes carry over to the next iteration, bootstrapped at the boundary.
+moment, and so are steps: the slots whose actions are ready step together, one Step call per
+server (StepBatcher), as VER's implementations step the environments that are ready together;
+a slot still waits only for its own server's answer.
+
+The iteration has a fixed step budget that slots fill unevenly (fast slots take more of it).
+Each slot's steps form one segment; segments are concatenated into a [L, 1] batch (every
+segment ends terminated or truncated, so GAE never crosses segments), without padding. Live
+episodes carry over to the next iteration, bootstrapped at the boundary.
 
 Time split: VER has no single critical path, so stepping / resetting / inference-wait are
 per-slot means (the sum over slots divided by N), and time efficiency is
@@ -61,6 +65,83 @@ class InferenceBatcher:
                 )
 
 
+class StepBatcher:
+    """Steps the slots of a server that are ready together, in one unary Step call.
+
+    A slot is *active* while it loops stepping (not while it resets, waits for budget or is
+    done). A server's queued steps go out as one call as soon as every active slot of that
+    server has queued one, so slots that share a server fall into step with each other (as VER's
+    environments do around batched inference), or after `gather_s` at the latest, so a slot never
+    waits long for one that is slow to come. Each slot's future resolves when its server answers.
+    """
+
+    def __init__(self, pool: SimulatorPool, gather_s: float = 0.002) -> None:
+        self.pool = pool
+        self.gather_s = gather_s
+        self._pending: dict[int, list[tuple[int, np.ndarray, asyncio.Future]]] = {}
+        self._active: dict[int, set[int]] = {}
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._calls: set[asyncio.Task] = set()
+        self.calls = 0
+
+    def _server(self, slot: int) -> int:
+        return int(self.pool.slot_server[slot])
+
+    def enter(self, slot: int) -> None:
+        self._active.setdefault(self._server(slot), set()).add(slot)
+
+    def leave(self, slot: int) -> None:
+        server = self._server(slot)
+        self._active.get(server, set()).discard(slot)
+        self._flush_if_all_in(server)
+
+    def step(self, slot: int, env_action: np.ndarray) -> asyncio.Future:
+        """Global `slot`'s step with `env_action`: a future of (PoolStep of its call, its index there)."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        server = self._server(slot)
+        self.enter(slot)
+        queue = self._pending.setdefault(server, [])
+        queue.append((slot, env_action, future))
+        if len(queue) == 1:
+            self._timers[server] = loop.call_later(self.gather_s, self._flush, server)
+        self._flush_if_all_in(server)
+        return future
+
+    def _flush_if_all_in(self, server: int) -> None:
+        queue = self._pending.get(server)
+        if queue and len(queue) >= len(self._active.get(server, ())):
+            self._flush(server)
+
+    def _flush(self, server: int) -> None:
+        queue = self._pending.pop(server, [])
+        timer = self._timers.pop(server, None)
+        if timer is not None:
+            timer.cancel()
+        if not queue:
+            return
+        slots = np.array([slot for slot, _, _ in queue], dtype=np.int64)
+        actions = np.stack([action for _, action, _ in queue])
+        task = asyncio.ensure_future(self._call(slots, actions, [future for _, _, future in queue]))
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+        self.calls += 1
+
+    async def _call(self, slots: np.ndarray, actions: np.ndarray, futures: list[asyncio.Future]) -> None:
+        try:
+            result = await self.pool.step(slots, actions, unary=True)
+        except BaseException as exc:  # the pool reports faults in the result; anything else reaches the slots
+            for future in futures:
+                if not future.done():
+                    future.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        for j, future in enumerate(futures):
+            if not future.done():
+                future.set_result((result, j))
+
+
 @dataclass
 class _Segment:
     """One slot's steps in this iteration."""
@@ -90,9 +171,11 @@ class VerSampler:
         stall_timeout_s: float = 60.0,
         slots: np.ndarray | None = None,
         prefetch: bool = False,
+        step_batching: bool = True,
     ) -> None:
         self.pool, self.runner, self.dealer = pool, runner, dealer
         self.prefetch = prefetch
+        self.step_batching = step_batching  # False: one Step call per slot-step (before StepBatcher)
         self._next: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # prefetch: position -> (clip, seed) dealt ahead
         self.samples_per_iteration = samples_per_iteration
         self.stall_timeout_s = stall_timeout_s
@@ -111,6 +194,7 @@ class VerSampler:
         n = self.slots.size
         stats = IterationStats("ver", n)
         batcher = InferenceBatcher(self.runner)
+        steps = StepBatcher(self.pool)
         segments = [_Segment() for _ in range(n)]
         budget = [self.samples_per_iteration]
         step_s = np.zeros(n)
@@ -152,14 +236,19 @@ class VerSampler:
 
         async def slot_loop(s: int) -> None:
             seg = segments[s]
+            slot = int(self.slots[s])
             while True:
                 if budget[0] <= 0:
+                    steps.leave(slot)  # it steps no more: its server's other slots need not wait for it
                     if in_flight[0] == 0:
                         return
                     step_done.clear()
                     await step_done.wait()
                     continue
+                if not self.live[s]:
+                    steps.leave(slot)  # resetting: the others step without it meanwhile
                 if not await ensure_live(s):
+                    steps.leave(slot)
                     return  # its server stayed down: the other slots fill the budget
                 if budget[0] <= 0:
                     continue
@@ -168,13 +257,16 @@ class VerSampler:
                 try:
                     action, env_action, logprob, value = await batcher.act(self.obs[s])
                     t0 = time.perf_counter()
-                    r = await self.pool.step(self.slots[s : s + 1], env_action[None], unary=True)
+                    if self.step_batching:
+                        r, j = await steps.step(slot, env_action)
+                    else:
+                        r, j = await self.pool.step(self.slots[s : s + 1], env_action[None], unary=True), 0
                 finally:
                     in_flight[0] -= 1
                     step_done.set()
                 step_s[s] += time.perf_counter() - t0
                 step_server_s[s] += r.server_s
-                if r.failed[0]:
+                if r.failed[j]:
                     budget[0] += 1  # the lost step is not a sample
                     if seg.open_last():
                         seg.truncated[-1] = True
@@ -188,12 +280,12 @@ class VerSampler:
                 seg.actions.append(action)
                 seg.logprobs.append(logprob)
                 seg.values.append(value)
-                seg.rewards.append(float(r.rewards[0]))
-                term, trunc = bool(r.terminated[0]), bool(r.truncated[0])
+                seg.rewards.append(float(r.rewards[j]))
+                term, trunc = bool(r.terminated[j]), bool(r.truncated[j])
                 seg.terminated.append(term)
                 seg.truncated.append(trunc and not term)
                 self.episode_len[s] += 1
-                self.obs[s] = r.observations[0]
+                self.obs[s] = r.observations[j]
                 if term or trunc:
                     if not term:
                         seg.bootstrap_obs[len(seg.obs) - 1] = self.obs[s].copy()

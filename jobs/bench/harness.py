@@ -59,6 +59,8 @@ class SamplingBenchConfig:
     prefetch: tuple[bool, ...] = (False,)
     # The cost model's prefetch_step_penalty: servers of their own per value (0: the preset's own).
     prefetch_step_penalties: tuple[float, ...] = (0.0,)
+    # Also VER as it was before StepBatcher (one Step call per slot-step): rows "ver+perslot".
+    ver_per_slot: bool = False
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.modes if m not in MODES]
@@ -156,6 +158,7 @@ async def measure_mode(
     samples: int,
     locality: bool = False,
     prefetch: bool = False,
+    ver_step_batching: bool = True,
 ) -> dict:
     """A fresh sampler of `mode` on `clips` slots: one warm-up iteration, then the measured one's summary."""
     slots = spread_slots(pool, clips)
@@ -173,6 +176,7 @@ async def measure_mode(
         t_max=cfg.t_max,
         slots=slots,
         prefetch=prefetch,
+        ver_step_batching=ver_step_batching,
     )
     await sampler.sample()
     sampler.samples_per_iteration = samples
@@ -209,6 +213,7 @@ def with_limit(summary: dict, pool: SimulatorPool, slots: np.ndarray, calls: Poo
         "map_loads": calls.map_loads,
         "map_cache_hits": calls.map_cache_hits,
         "cache_hit_rate": hit_rate if counted else float("nan"),
+        "step_calls_per_valid": calls.step_calls / valid,
         "prepared_share": calls.prepared / calls.reset_slots if calls.reset_slots else float("nan"),
         **limit.as_row(),
         "limit_share": summary["effective_throughput"] / limit.limit if math.isfinite(limit.limit) else float("nan"),

@@ -36,6 +36,7 @@ from jobs.external import ExternalSimulators, check_simulators
 GYM_REFERENCE = "gym-async"  # Gymnasium AsyncVectorEnv with per-env autoreset (jobs/bench/gym_reference.py)
 LOCALITY = "+locality"  # the suffix of a mode's label when it deals clips with map locality
 PREFETCH = "+prefetch"  # ... and when it prepares slots' next clips ahead (fast.v1 Prepare)
+VER_PER_SLOT = "ver+perslot"  # VER stepping one slot per call, as before its steps were batched per server
 # The figures a table row carries, from IterationStats.summary().
 METRICS = (
     "sampling_time_s",
@@ -53,6 +54,7 @@ METRICS = (
     "limit_share",
     "distinct_maps",
     "prepared_share",
+    "step_calls_per_valid",
 )
 
 
@@ -96,6 +98,8 @@ async def _run_preset(
         ]
         if cfg.gym_reference:
             plan += [(policy, GYM_REFERENCE, n, False, False) for policy in policies for n in cfg.clips]
+        if cfg.ver_per_slot and "ver" in cfg.modes:
+            plan += [(policy, VER_PER_SLOT, n, False, False) for policy in policies for n in cfg.clips]
         rng = np.random.default_rng(cfg.seed)
         for repeat in range(cfg.repeats):
             for j in rng.permutation(len(plan)):  # interleaved, a new order each repeat
@@ -114,13 +118,14 @@ async def _run_preset(
                         cfg,
                         pool,
                         runner,
-                        mode,
+                        "ver" if mode == VER_PER_SLOT else mode,
                         n,
                         cfg.seed + repeat,
                         warmup_samples=cfg.warmup_samples,
                         samples=cfg.samples,
                         locality=local,
                         prefetch=ahead,
+                        ver_step_batching=mode != VER_PER_SLOT,
                     )
                 label = f"{mode}{PREFETCH if ahead else ''}{LOCALITY if local else ''}"
                 measurements.append(Measurement(preset_label, policy, label, n, repeat, summary))
