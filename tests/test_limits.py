@@ -61,3 +61,22 @@ def test_resets_that_queue_for_nothing_still_keep_their_slot_from_stepping() -> 
 def test_no_costs_and_no_latency_leave_no_finite_bound() -> None:
     limit = pattern_limit(costs_from_describe(None), _pattern(step_latency_s=0.0))
     assert math.isinf(limit.limit)
+
+
+def test_prefetch_targets_set_fast_against_the_best_other_mode_of_its_configuration() -> None:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from prefetch_targets import targets
+
+    def row(mode, eff, clips=10, policy="random"):
+        return {"preset": "calibrated", "policy": policy, "mode": mode, "clips": clips, "effective_throughput": eff,
+                "speedup_vs_sc": eff / 100, "limit": 2000.0, "limit_binding": "load", "limit_share": eff / 2000,
+                "best_limit_share": eff / 2500, "time_efficiency": 0.8, "cache_hit_rate": 0.9}  # fmt: skip
+
+    rows = [row("sc", 100, clips=1), row("fast", 400), row("fast+locality", 900), row("fast+prefetch+locality", 1200)]
+    rows += [row("ver+prefetch", 600), row("autoreset+locality", 500), row("ver", 700, policy="trained")]
+    (found,) = targets(rows)
+    assert found["best_other"] == "ver+prefetch" and found["vs_best_other"] == pytest.approx(2.0)
+    assert found["vs_sc"] == 12.0 and found["plain_fast_vs_sc"] == 4.0 and found["share_of_limit"] == 0.6
