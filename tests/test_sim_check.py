@@ -66,6 +66,9 @@ def test_takeover_server_conforms_and_drains_on_sigterm(tmp_path: Path) -> None:
         "Step of an ended slot without Reset -> FAILED_PRECONDITION",
         "StepStream: one answer per request, in order, request_id echoed",
         "refused calls leave the slot as it was",
+        "Prepare: a Reset onto the prepared clip starts the same episode as without Prepare",
+        "Prepare: a Reset onto another clip is served as a plain Reset",
+        "Prepare of a clip that does not exist: NOT_FOUND",
     } <= passed
     assert not rows(report, "skip"), rows(report, "skip")
 
@@ -123,7 +126,9 @@ class SloppySimulator(pb_grpc.SimulatorServicer):
 
 def test_a_server_without_stream_or_batched_reset_conforms(tmp_path: Path) -> None:
     # Both capabilities are optional: sim-check sends such a server what the broker sends it.
-    with sim_server("--slots", "3", "--cost-preset", "off", "--no-step-stream", "--no-batched-reset") as server:
+    with sim_server(
+        "--slots", "3", "--cost-preset", "off", "--no-step-stream", "--no-batched-reset", "--no-prefetch"
+    ) as server:
         done, report = sim_check(server.address, tmp_path / "bare.json")
     assert_conforms(done, report)
     assert any("not advertised" in r.get("detail", "") for r in rows(report, "skip"))

@@ -48,6 +48,8 @@ from sim_server.client import ServerDescription
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 SERVICE = pb.DESCRIPTOR.services_by_name["Simulator"].full_name
 DOCS = "as docs/simulator_api.md says"
+# The check groups that need a working Reset, in the order they run.
+AFTER_RESET = ("determinism", "batched", "step", "errors", "deadlines", "stream", "prefetch", "drain")
 Code = grpc.StatusCode
 
 
@@ -960,6 +962,49 @@ async def check_stream(t: Target) -> list[Result]:
 # -- figures -------------------------------------------------------------------------------------------------
 
 
+async def check_prefetch(t: Target, deterministic: bool) -> list[Result]:
+    """Prepare, when advertised: a Reset onto the prepared (clip, seed) starts the same episode as a
+    plain Reset, a Reset onto another clip drops the preparation, an unknown clip is NOT_FOUND."""
+    names = (
+        "Prepare: a Reset onto the prepared clip starts the same episode as without Prepare",
+        "Prepare: a Reset onto another clip is served as a plain Reset",
+        "Prepare of a clip that does not exist: NOT_FOUND",
+    )
+    if not t.capabilities.prefetch:
+        return [skip("prefetch", name, "not advertised (Capabilities.prefetch is false)") for name in names]
+    slot, clips, seeds = t.slots[:1], t.clips(2), t.seeds(2)
+    fix = "prepare the episode that Reset would start, and start it from the preparation, " + DOCS + " (Prepare)"
+
+    async def prepare(clip: int, seed: int) -> None:
+        request = pb.PrepareRequest(slot_ids=[int(slot[0])], clip_ids=[clip], seeds=[seed])
+        await t.stub.Prepare(request, timeout=t.timeout)
+
+    rows = []
+    plain = [await t.reset(slot, clips[j : j + 1], seeds[j : j + 1]) for j in range(2)]
+    await prepare(int(clips[0]), int(seeds[0]))
+    used = await t.reset(slot, clips[:1], seeds[:1])
+    await prepare(int(clips[0]), int(seeds[0]))
+    other = await t.reset(slot, clips[1:], seeds[1:])
+    for name, got, want in ((names[0], used, plain[0]), (names[1], other, plain[1])):
+        if not deterministic:
+            rows.append(skip("prefetch", name, "the server is not deterministic (determinism rows)"))
+        elif got.observations.tobytes() == want.observations.tobytes():
+            rows.append(ok("prefetch", name))
+        else:
+            rows.append(bad("prefetch", name, "the first observation differs from a plain Reset's", fix))
+    try:
+        await prepare(int(t.desc.num_clips), 0)
+        rows.append(bad("prefetch", names[2], "answered OK", "refuse an unknown clip with NOT_FOUND, " + DOCS))
+    except grpc.aio.AioRpcError as exc:
+        good = exc.code() == Code.NOT_FOUND
+        rows.append(
+            ok("prefetch", names[2])
+            if good
+            else bad("prefetch", names[2], rpc_text(exc), "refuse an unknown clip with NOT_FOUND, " + DOCS)
+        )
+    return rows
+
+
 def _figure(name: str, slots: int, durations: list[float], *, steps: bool) -> Figure:
     d = np.array(durations)
     total = float(d.sum()) or 1e-9
@@ -1195,7 +1240,7 @@ async def run_checks(address: str, credentials: Credentials, options: Options) -
         rows += await check_health(t)
         rows += await check_describe(t)
         if t.desc is None:
-            for check in ("reset", "determinism", "batched", "step", "errors", "deadlines", "stream", "drain"):
+            for check in ("reset", *AFTER_RESET):
                 rows.append(skip(check, f"{check} checks", "Describe failed"))
             return report
         report.env_id = t.desc.env_id
@@ -1203,7 +1248,7 @@ async def run_checks(address: str, credentials: Credentials, options: Options) -
         reset_rows = await _guarded("reset", rows, lambda: check_reset(t)) or []
         rows += reset_rows
         if any(r.status == FAIL for r in rows if r.check == "reset"):
-            for check in ("determinism", "batched", "step", "errors", "deadlines", "stream", "drain"):
+            for check in AFTER_RESET:
                 rows.append(skip(check, f"{check} checks", "Reset failed"))
             return report
         deterministic = False
@@ -1219,6 +1264,7 @@ async def run_checks(address: str, credentials: Credentials, options: Options) -
         rows += await _guarded("errors", rows, lambda: check_refusals_change_nothing(t, deterministic)) or []
         rows += await _guarded("deadlines", rows, lambda: check_deadlines(t)) or []
         rows += await _guarded("stream", rows, lambda: check_stream(t)) or []
+        rows += await _guarded("prefetch", rows, lambda: check_prefetch(t, deterministic)) or []
         measured = await _guarded("figures", rows, lambda: measure_figures(t))
         if measured is not None:
             report.figures, figure_rows = measured
