@@ -410,19 +410,15 @@ class SimulatorPool:
         await asyncio.gather(*(call(self.servers[s], pos) for s, pos in groups.items()))
         return out
 
-    async def prepare(self, slots: np.ndarray, clips: np.ndarray, seeds: np.ndarray) -> int:
-        """Ask the servers of global `slots` that serve Prepare to start loading these clips; returns
-        how many slots were taken. A hint, never a fault: a server that is down or refuses is left to
-        the Reset that follows (which loads as always); one that answers UNIMPLEMENTED is not asked again."""
-        taken = 0
+    async def prepare(self, slots: np.ndarray, clips: np.ndarray, seeds: np.ndarray) -> None:
+        """Ask the servers of global `slots` that serve Prepare to start loading these clips. A hint,
+        never a fault: a server that is down or refuses is left to the Reset that follows (which loads
+        as always); one that answers UNIMPLEMENTED is not asked again."""
 
         async def call(server: ServerHandle, positions: np.ndarray) -> None:
-            nonlocal taken
             local = self.slot_local[slots[positions]]
             try:
-                answered = await server.client.prepare(
-                    local, clips[positions], seeds[positions], timeout_s=self.timeouts.step_s
-                )
+                await server.client.prepare(local, clips[positions], seeds[positions], timeout_s=self.timeouts.step_s)
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                     server.prefetch = False
@@ -431,12 +427,10 @@ class SimulatorPool:
             except (asyncio.TimeoutError, OSError):
                 return
             self.counters.prepare_calls += 1
-            taken += len(answered)
 
         groups = self._by_server(slots)
         serving = [s for s in groups if self.servers[s].up and self.servers[s].prefetch]
         await asyncio.gather(*(call(self.servers[s], groups[s]) for s in serving))
-        return taken
 
     def steps_by_stream(self, server: ServerHandle, *, unary: bool = False) -> bool:
         """Whether `step` uses the server's StepStream: the pool streams, the caller allows it (not

@@ -75,10 +75,7 @@ async def _run_preset(
     started with it) the rows' preset reads PRESET+penalty<value>."""
     measurements: list[Measurement] = []
     extra = ("--prefetch-step-penalty", repr(penalty)) if penalty else ()
-    if penalty:
-        preset_label = f"{preset}+penalty{penalty:g}"
-    else:
-        preset_label = preset
+    preset_label = f"{preset}+penalty{penalty:g}" if penalty else preset
     async with simulator_pool(cfg, preset, external, extra) as pool:
         policies = fixed_policies(cfg, pool)
         localities, prefetches = cfg.locality, cfg.prefetch
