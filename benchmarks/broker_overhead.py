@@ -1,6 +1,6 @@
 """Framework overhead of the broker: effective throughput against the ideal slots / step latency.
 
-    python benchmarks/broker_overhead.py [--iterations 3] [--samples 3000]
+    python benchmarks/broker_overhead.py [--iterations 3] [--samples 3000] [--servers 1,2,3] [--profile]
 
 Takeover workload with only the step latency on (preset `step-only`: 1.6 ms a step, resets
 free), `fast` mode, a freshly initialised policy, 10 and 30 slots over 2 and 3 simulator
@@ -8,14 +8,24 @@ server processes. The ideal is what the slots would do if nothing but the simula
 took time: slots / step latency, with the latency the servers really measured (compute plus
 emulated wait, reported per call). Prints, per configuration, the raw and effective throughput
 as fractions of the ideal and where each lock-step step's time went (medians over iterations).
+
+With --profile, one more iteration per configuration runs under py-spy (jobs/bench/hot_path.py),
+attached to this process (the broker's sampler, pool and inference run here) and to the first
+simulator server, and a second table gives each one's main thread per lock-step step, in ms, by
+kind of work: waiting (the event loop idle: for the broker, on the servers), simulator,
+inference, serialisation, transport (grpc), event loop scheduling, bookkeeping. The profiled
+iteration is not among the measured ones (py-spy samples from another process, but it shares
+the cores).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -26,10 +36,15 @@ from broker.dealer import HOLDOUT_EVERY, ClipDealer  # noqa: E402
 from broker.policy_runner import PolicyRunner  # noqa: E402
 from broker.pool import SimulatorPool  # noqa: E402
 from broker.samplers import make_sampler  # noqa: E402
+from jobs.bench import hot_path  # noqa: E402
 from jobs.processes import start_service  # noqa: E402
 
 
-async def measure(slots: int, servers: int, iterations: int, samples: int, alpha: float, t_max: int) -> dict:
+async def measure(
+    slots: int, servers: int, pipelines: list[bool], iterations: int, samples: int, alpha: float, t_max: int,
+    profile: Path | None,
+) -> list[dict]:  # fmt: skip
+    """One row per pipeline setting, measured on the same server processes, iterations interleaved."""
     per_server = slots // servers
     sizes = [per_server + (1 if i < slots % servers else 0) for i in range(servers)]
     procs = [
@@ -40,70 +55,133 @@ async def measure(slots: int, servers: int, iterations: int, samples: int, alpha
         pool = SimulatorPool()
         for p in procs:
             await pool.add(p.address)
-        runner = PolicyRunner(pool.observation_space, pool.action_space, (64, 64), seed=0)
-        dealer = ClipDealer(pool.num_clips, holdout_every=HOLDOUT_EVERY, seed=0)
-        sampler = make_sampler("fast", pool, runner, dealer, samples_per_iteration=samples, alpha=alpha, t_max=t_max)
-        await sampler.sample()  # warm-up
-        rows = []
+        samplers = {}
+        for pipeline in pipelines:
+            runner = PolicyRunner(pool.observation_space, pool.action_space, (64, 64), seed=0)
+            dealer = ClipDealer(pool.num_clips, holdout_every=HOLDOUT_EVERY, seed=0)
+            samplers[pipeline] = make_sampler(
+                "fast", pool, runner, dealer, samples_per_iteration=samples, alpha=alpha, t_max=t_max,
+                pipeline=pipeline,
+            )  # fmt: skip
+            await samplers[pipeline].sample()  # warm-up
+        rows: dict[bool, list[dict]] = {p: [] for p in pipelines}
         for _ in range(iterations):
-            batch, stats = await sampler.sample()
-            steps = batch["valid_mask"].shape[0]
-            latency = stats.step_server_s / steps  # what the servers measured per step call
-            s = stats.summary()
-            rows.append(
-                {
-                    "latency_ms": latency * 1e3,
-                    "ideal": slots / latency,
-                    "raw": s["raw_throughput"],
-                    "effective": s["effective_throughput"],
-                    "validity": s["validity"],
-                    "per_step_ms": {k: v / steps * 1e3 for k, v in s["time_split_s"].items()},
-                    "step_ms": stats.wall_s / steps * 1e3,
-                }
-            )
+            for pipeline, sampler in samplers.items():
+                batch, stats = await sampler.sample()
+                rows[pipeline].append(_row(slots, batch, stats))
+        profiled = {}
+        if profile:
+            for pipeline, sampler in samplers.items():
+                where = profile / f"{slots}x{servers}{'-pipelined' if pipeline else ''}"
+                profiled[pipeline] = await _profile(sampler, os.getpid(), procs[0].pid, where)
         await pool.close()
     finally:
         for p in procs:
             p.stop()
+    return [_summary(slots, servers, pipeline, rows[pipeline], profiled.get(pipeline)) for pipeline in pipelines]
+
+
+def _row(slots: int, batch: dict, stats) -> dict:
+    steps = batch["valid_mask"].shape[0]
+    latency = stats.step_server_s / steps  # what the servers measured per step call
+    s = stats.summary()
+    return {
+        "latency_ms": latency * 1e3,
+        "ideal": slots / latency,
+        "raw": s["raw_throughput"],
+        "effective": s["effective_throughput"],
+        "validity": s["validity"],
+        "per_step_ms": {k: v / steps * 1e3 for k, v in s["time_split_s"].items()},
+        "step_ms": stats.wall_s / steps * 1e3,
+        "ahead": stats.steps_ahead / steps,  # Step calls started before the row before them was judged, per row
+    }
+
+
+def _summary(slots: int, servers: int, pipeline: bool, rows: list[dict], profiled: dict | None) -> dict:
     med = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
     split = {k: statistics.median(r["per_step_ms"][k] for r in rows) for k in rows[0]["per_step_ms"]}
     return {
         "slots": slots,
         "servers": servers,
-        "latency_ms": med("latency_ms"),
-        "ideal": med("ideal"),
-        "raw": med("raw"),
-        "effective": med("effective"),
-        "validity": med("validity"),
-        "step_ms": med("step_ms"),
+        "pipeline": pipeline,
+        **{key: med(key) for key in ("latency_ms", "ideal", "raw", "effective", "validity", "step_ms", "ahead")},
         "split": split,
+        "profile": profiled,
+    }
+
+
+async def _profile(sampler, broker_pid: int, server_pid: int, out: Path) -> dict:
+    """One iteration under py-spy: per lock-step step, ms of each kind of work in the broker and a server."""
+    out.mkdir(parents=True, exist_ok=True)
+    samplers = {
+        "broker": hot_path.Sampler(broker_pid, out / "broker.txt"),
+        "server": hot_path.Sampler(server_pid, out / "server.txt"),
+    }
+    hot_path.settle()
+    batch, stats = await sampler.sample()
+    raw = {name: s.stop() for name, s in samplers.items()}
+    if not all(raw.values()):
+        errors = "; ".join(f"{n}: {s.error}" for n, s in samplers.items())
+        raise RuntimeError(f"py-spy recorded nothing ({errors})")
+    steps = batch["valid_mask"].shape[0]
+    return {
+        "step_ms": stats.wall_s / steps * 1e3,
+        **{name: hot_path.per_step_ms(text, samplers[name].rate_hz, stats.wall_s, steps) for name, text in raw.items()},
     }
 
 
 async def main(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     results = []
+    profile = None
+    if args.profile:
+        if not hot_path.can_attach():
+            raise SystemExit("--profile: py-spy is missing or may not attach here (pip install py-spy; run as root)")
+        profile = Path(tempfile.mkdtemp(prefix="broker-profile-"))
     for slots in (10, 30):
-        for servers in (2, 3):
-            results.append(await measure(slots, servers, args.iterations, args.samples, args.alpha, args.t_max))
+        for servers in args.servers:
+            results += await measure(
+                slots, servers, args.pipeline, args.iterations, args.samples, args.alpha, args.t_max, profile
+            )
     print(
         f"fast mode, step-only preset (1.6 ms step, free resets), alpha={args.alpha} t_max={args.t_max}, "
         f"{args.samples} valid samples/iteration, medians of {args.iterations} iterations"
     )
     print(
-        f"{'slots':>5} {'servers':>7} {'latency ms':>10} {'ideal/s':>9} {'raw/s':>8} {'raw/ideal':>9} "
-        f"{'eff/s':>8} {'eff/ideal':>9} {'eta':>5} {'step ms':>7}  "
+        f"{'slots':>5} {'servers':>7} {'pipelined':>9} {'latency ms':>10} {'ideal/s':>9} {'raw/s':>8} "
+        f"{'raw/ideal':>9} {'eff/s':>8} {'eff/ideal':>9} {'eta':>5} {'step ms':>7} {'ahead':>5}  "
         "per-step split ms (stepping inference transport waiting resetting)"
     )
     for r in results:
         sp = r["split"]
         print(
-            f"{r['slots']:>5} {r['servers']:>7} {r['latency_ms']:>10.2f} {r['ideal']:>9.0f} {r['raw']:>8.0f} "
-            f"{r['raw'] / r['ideal']:>9.3f} {r['effective']:>8.0f} {r['effective'] / r['ideal']:>9.3f} "
-            f"{r['validity']:>5.2f} {r['step_ms']:>7.2f}  "
+            f"{r['slots']:>5} {r['servers']:>7} {'yes' if r['pipeline'] else 'no':>9} {r['latency_ms']:>10.2f} "
+            f"{r['ideal']:>9.0f} {r['raw']:>8.0f} {r['raw'] / r['ideal']:>9.3f} {r['effective']:>8.0f} "
+            f"{r['effective'] / r['ideal']:>9.3f} {r['validity']:>5.2f} {r['step_ms']:>7.2f} {r['ahead']:>5.2f}  "
             f"{sp['stepping']:.2f} {sp['inference']:.2f} {sp['transport']:.2f} "
             f"{sp['waiting']:.2f} {sp['resetting']:.2f}"
         )
+    if profile:
+        print_profiles(results, profile)
+
+
+def print_profiles(results: list[dict], where: Path) -> None:
+    kinds = list(hot_path.KINDS)
+    print(
+        f"\nper lock-step step, ms of each process's main thread by kind of work (py-spy, one profiled iteration "
+        f"each; raw samples in {where})"
+    )
+    print(
+        f"{'slots':>5} {'servers':>7} {'pipelined':>9} {'process':>7} {'step ms':>7} "
+        + " ".join(f"{k:>13}" for k in kinds)
+    )
+    for r in results:
+        p = r["profile"]
+        for name in ("broker", "server"):
+            print(
+                f"{r['slots']:>5} {r['servers']:>7} {'yes' if r['pipeline'] else 'no':>9} {name:>7} "
+                f"{p['step_ms']:>7.2f} " + " ".join(f"{p[name][k]:>13.2f}" for k in kinds)
+            )
 
 
 if __name__ == "__main__":
@@ -112,4 +190,17 @@ if __name__ == "__main__":
     parser.add_argument("--samples", type=int, default=3000)
     parser.add_argument("--alpha", type=float, default=0.5)
     parser.add_argument("--t-max", type=int, default=200)
+    parser.add_argument(
+        "--servers",
+        type=lambda text: [int(x) for x in text.split(",")],
+        default=[1, 2, 3],
+        help="server process counts to spread the slots over (comma list)",
+    )
+    parser.add_argument(
+        "--pipeline",
+        type=lambda text: [{"on": True, "off": False}[x] for x in text.split(",")],
+        default=[False, True],
+        help="rounds pipelined across servers or not (broker/samplers/rounds.py): off,on measures both",
+    )
+    parser.add_argument("--profile", action="store_true", help="also break each step down with py-spy")
     asyncio.run(main(parser.parse_args()))

@@ -34,6 +34,9 @@ class BrokerConfig(TlsSettings):
     # Prefetch (fast.v1 Prepare): deal each slot's next clip ahead and have servers that serve
     # Prepare load it while the slots step; the Reset then pays only what is left.
     prefetch: bool = False
+    # sgr, fast: a server that has answered steps its slots on while the others still step, as long
+    # as the round cannot end at that row (broker/samplers/rounds.py); the batch is the same either way.
+    pipeline: bool = True
     # Deadlines and retries: no wait is unbounded.
     step_timeout_s: float = Field(5.0, gt=0.0)
     reset_timeout_s: float = Field(30.0, gt=0.0)

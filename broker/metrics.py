@@ -28,6 +28,8 @@ class IterationStats:
     slot_resets: int = 0  # slot resets, all causes
     reset_calls: int = 0
     faults: int = 0  # slot-steps lost to simulator faults
+    steps_ahead: int = 0  # Step calls started before the row before them was judged (pipelined rounds)
+    steps_discarded: int = 0  # ... of which thrown away: the round ended at the row before
     episode_lengths: list[int] = field(default_factory=list)  # every episode that ended, by any cause
     episode_ends: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # terminated / clip_end / cut
     episode_returns: list[float] = field(default_factory=list)  # episodes the env ended (terminated, clip end)

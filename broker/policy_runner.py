@@ -48,7 +48,9 @@ class PolicyRunner:
         self.policy = ActorCritic(observation_space.shape, action_space, hidden_sizes, obs_norm=obs_norm)
         self.policy.eval()
         self.version = -1
+        self._seed = seed
         self._rng = np.random.default_rng(seed)
+        self._streams: dict[int, np.random.Generator] = {}
         self._snapshot_weights()
         if action_space.kind == "box":
             self._low = np.broadcast_to(action_space.low, action_space.shape).astype(np.float32)
@@ -95,10 +97,24 @@ class PolicyRunner:
                 x = np.tanh(x)
         return x
 
+    def _noise_source(self, stream: int | None) -> np.random.Generator:
+        if stream is None:
+            return self._rng
+        if stream not in self._streams:
+            self._streams[stream] = np.random.default_rng([self._seed, stream])
+        return self._streams[stream]
+
     @torch.no_grad()
-    def act(self, obs: np.ndarray) -> Decision:
-        """Sample actions for obs [k, *obs_shape] in one forward pass."""
+    def act(self, obs: np.ndarray, *, stream: int | None = None) -> Decision:
+        """Sample actions for obs [k, *obs_shape] in one forward pass.
+
+        `stream`: draw the action noise from a random stream of its own (seeded from the runner's
+        seed and this number) instead of the shared one. The lock-step modes with rounds act per
+        simulator server, each on its server's stream, so what a slot does depends neither on when
+        the other servers answer nor on which of them act in the same call."""
         if self.action_space.kind != "box":
+            if stream is not None:
+                return self._act_discrete(obs, self._noise_source(stream))
             action, logprob, _, value = self.policy.get_action_and_value(torch.as_tensor(obs, dtype=torch.float32))
             actions = action.numpy().astype(np.int64, copy=False)
             return Decision(
@@ -106,12 +122,33 @@ class PolicyRunner:
             )
         flat = self._flat(obs)
         mean = self._forward(self._actor, flat)  # [k, action_dim]
-        noise = self._rng.standard_normal(mean.shape, dtype=np.float32)
+        noise = self._noise_source(stream).standard_normal(mean.shape, dtype=np.float32)
         actions = (mean + np.exp(self._log_std) * noise).astype(np.float32).reshape(-1, *self.action_space.shape)
         # log N(a; mean, std) summed over independent dims, with (a - mean) / std = noise.
         logprob = (-0.5 * noise * noise - self._log_std - _HALF_LOG_2PI).sum(-1).astype(np.float32)
         value = self._forward(self._critic, flat)[:, 0].astype(np.float32)
         return Decision(actions=actions, env_actions=self.to_env(actions), logprobs=logprob, values=value)
+
+    def _act_discrete(self, obs: np.ndarray, rng: np.random.Generator) -> Decision:
+        """Categorical sampling by inverse CDF on numpy uniforms (the separate streams' form)."""
+        flat = self._flat(obs)
+        logits = self.policy.actor_logits(torch.as_tensor(flat)).numpy().astype(np.float64)
+        log_p = logits - logits.max(-1, keepdims=True)
+        log_p -= np.log(np.exp(log_p).sum(-1, keepdims=True))
+        cdf = np.cumsum(np.exp(log_p), -1)
+        u = rng.random(len(flat))[:, None] * cdf[:, -1:]
+        actions = np.minimum((cdf <= u).sum(-1), cdf.shape[-1] - 1).astype(np.int64)
+        logprob = log_p[np.arange(len(actions)), actions].astype(np.float32)
+        value = self._forward(self._critic, flat)[:, 0].astype(np.float32)
+        return Decision(actions, self.to_env(actions), logprob, value)
+
+    def noise_state(self, stream: int) -> dict:
+        """Where a separate noise stream stands (to `rewind_noise` to it)."""
+        return self._noise_source(stream).bit_generator.state
+
+    def rewind_noise(self, stream: int, state: dict) -> None:
+        """Put a stream back where `noise_state` saw it: draws made since are drawn again."""
+        self._noise_source(stream).bit_generator.state = state
 
     @torch.no_grad()
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray:

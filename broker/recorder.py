@@ -33,19 +33,36 @@ class RolloutRecorder:
 
     def add_row(self, acting: np.ndarray, obs, actions, logprobs, values) -> int:
         """Start row t: `acting` [N] bool are the slots that act; the arrays are for those slots only."""
+        row = self.new_row()
+        self.put(row, np.flatnonzero(acting), obs, actions, logprobs, values)
+        return row
+
+    def new_row(self) -> int:
+        """Start a row in which no slot acts yet (all padding until `put`)."""
         n = self.num_slots
-        row_obs = np.zeros((n, *self._obs_shape), dtype=self._obs_dtype)
-        row_act = np.zeros((n, *self._act_shape), dtype=self._act_dtype)
-        row_lp = np.zeros(n, dtype=np.float32)
-        row_v = np.zeros(n, dtype=np.float32)
-        row_obs[acting], row_act[acting], row_lp[acting], row_v[acting] = obs, actions, logprobs, values
-        for key, value in (("obs", row_obs), ("actions", row_act), ("logprobs", row_lp), ("values", row_v)):
-            self._rows[key].append(value)
-        self._rows["rewards"].append(np.zeros(n, dtype=np.float32))
-        self._rows["terminated"].append(np.zeros(n, dtype=bool))
-        self._rows["truncated"].append(np.zeros(n, dtype=bool))
-        self._rows["valid_mask"].append(acting.copy())
+        self._rows["obs"].append(np.zeros((n, *self._obs_shape), dtype=self._obs_dtype))
+        self._rows["actions"].append(np.zeros((n, *self._act_shape), dtype=self._act_dtype))
+        for key, dtype in (("logprobs", np.float32), ("values", np.float32), ("rewards", np.float32)):
+            self._rows[key].append(np.zeros(n, dtype=dtype))
+        for key in ("terminated", "truncated", "valid_mask"):
+            self._rows[key].append(np.zeros(n, dtype=bool))
         return self.num_rows - 1
+
+    def put(self, row: int, slots: np.ndarray, obs, actions, logprobs, values) -> None:
+        """`slots` act at `row` (a row may be filled in parts: one per simulator server)."""
+        self._rows["obs"][row][slots] = obs
+        self._rows["actions"][row][slots] = actions
+        self._rows["logprobs"][row][slots] = logprobs
+        self._rows["values"][row][slots] = values
+        self._rows["valid_mask"][row][slots] = True
+
+    def drop_rows(self, start: int) -> None:
+        """Forget rows `start`.. (steps taken past a round's end, broker/samplers/rounds.py); they
+        must hold no truncation yet."""
+        marked = (*self._bootstrap_at, *self._bootstrap_known)
+        assert all(row < start for row, _ in marked), "a truncation in a dropped row"
+        for rows in self._rows.values():
+            del rows[start:]
 
     def set_outcome(self, row: int, slots: np.ndarray, rewards: np.ndarray, terminated: np.ndarray) -> None:
         self._rows["rewards"][row][slots] = rewards

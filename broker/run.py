@@ -296,6 +296,7 @@ class BrokerRun:
             t_max=s.t_max,
             stall_timeout_s=c.stall_timeout_s,
             prefetch=c.prefetch,
+            pipeline=c.pipeline,
         )
 
     async def _admit_new_servers(self) -> bool:

@@ -65,6 +65,7 @@ def make_sampler(
     slots: np.ndarray | None = None,
     prefetch: bool = False,
     ver_step_batching: bool = True,  # ver: step the ready slots of a server in one call (False: one per slot)
+    pipeline: bool = True,  # sgr, fast: a server that answered steps on while the round cannot end (rounds.py)
 ) -> Sampler:
     """A fresh sampler of `mode` over `slots` (global ids; all the pool's by default), with its own state."""
     if mode not in MODE_NAMES:
@@ -75,4 +76,4 @@ def make_sampler(
     if mode == "ver":
         return VerSampler(pool, runner, dealer, step_batching=ver_step_batching, **common)
     rule = LOCKSTEP_RULES[mode].configured(alpha=alpha, t_max=t_max)
-    return LockstepSampler(pool, runner, dealer, rule, **common)
+    return LockstepSampler(pool, runner, dealer, rule, pipeline=pipeline, **common)

@@ -1,8 +1,11 @@
 """The lock-step loop that `sc`, `autoreset`, `sgr` and `fast` share; each mode's rule is a
 `LockstepRule` in a module of its own name (sc.py, autoreset.py, sgr.py, fast.py).
 
-Every step: one forward pass for the slots that act, one Step call per server (concurrent),
-one row of the [T, N] batch. Then the mode's rule says what happens when episodes end:
+Every step: one row of the [T, N] batch, one Step call per server (concurrent). Without rounds,
+one forward pass for all the slots that act; with rounds, one per server, each on the server's
+own noise stream, and a server that answered may step on while the others still step, the rows
+judged as the classic lock-step judges them (rounds.py, `pipeline`). Then the mode's rule says
+what happens when episodes end:
 - without rounds (sc, autoreset): a slot whose episode ended is reset at once, on its own
   (one Reset call per slot, as each env of a Gymnasium vector env resets itself); live
   episodes carry across iterations (truncated and bootstrapped at the iteration's end);
@@ -27,6 +30,7 @@ import numpy as np
 from broker.metrics import IterationStats
 from broker.recorder import RolloutRecorder
 from broker.samplers.base import SamplingError
+from broker.samplers.rounds import NOT_DONE, step_round
 
 if TYPE_CHECKING:
     from broker.dealer import ClipDealer
@@ -73,10 +77,12 @@ class LockstepSampler:
         stall_timeout_s: float = 60.0,
         slots: np.ndarray | None = None,
         prefetch: bool = False,
+        pipeline: bool = True,
     ) -> None:
         self.pool, self.runner, self.dealer = pool, runner, dealer
         self.rule = rule
         self.prefetch = prefetch
+        self.pipeline = pipeline  # rounds: a server that answered steps on while others still step (rounds.py)
         self.samples_per_iteration = samples_per_iteration
         self.stall_timeout_s = stall_timeout_s
         # Global ids of the slots this sampler drives (those offered, all by default, as the rule picks).
@@ -89,6 +95,7 @@ class LockstepSampler:
         self.episode_len = np.zeros(n, dtype=np.int64)
         self.round_members = np.zeros(n, dtype=bool)  # slots reset at the start of this round
         self.round_done = np.zeros(n, dtype=bool)  # members whose episode ended (or failed) this round
+        self.done_row = np.full(n, NOT_DONE, dtype=np.int64)  # the batch row at which each member was done
         self.round_steps = 0
         # Prefetch: each slot's next clip and seed, dealt ahead and being prepared by its server (-1: none).
         self.next_clip = np.full(n, -1, dtype=np.int64)
@@ -180,6 +187,7 @@ class LockstepSampler:
         self.round_members[:] = False
         self.round_members[up[ok]] = True
         self.round_done[:] = False
+        self.done_row[:] = NOT_DONE
         self.round_steps = 0
 
     def _end_round(self, row: int, recorder: RolloutRecorder, stats: IterationStats) -> None:
@@ -210,9 +218,9 @@ class LockstepSampler:
         recorder = RolloutRecorder(n, space.shape, space.dtype, act.shape, act_dtype)
         started = time.perf_counter()
         if self.rounds:
-            await self._start_round(stats)
-        else:
-            await self._refill(stats)
+            await self._sample_rounds(recorder, stats)
+            return self._finish(recorder, stats, started)
+        await self._refill(stats)
         last_valid, last_progress = 0, time.monotonic()
         while True:
             if stats.valid > last_valid:
@@ -225,13 +233,7 @@ class LockstepSampler:
             up = self._up()
             acting = self.live & up
             if not acting.any():
-                if self.rounds:
-                    self._end_round(recorder.num_rows - 1, recorder, stats)
-                    if stats.valid >= self.samples_per_iteration:
-                        break
-                    await self._start_round(stats)
-                else:
-                    await self._refill(stats)
+                await self._refill(stats)
                 continue
             idx = np.flatnonzero(acting)
             t0 = time.perf_counter()
@@ -263,25 +265,33 @@ class LockstepSampler:
                 summary = result.episodes.get(int(self.slots[s]))
                 stats.record_episode(int(self.episode_len[s]), "terminated" if terminated else "clip_end", summary)
                 self.live[s] = False
-            ended = done_idx[ended_pos]
 
-            if not self.rounds:
-                if stats.valid >= self.samples_per_iteration:
-                    for s in np.flatnonzero(self.live):  # rollout boundary: bootstrap, keep the episode
-                        recorder.truncate(row, int(s), next_obs=self.obs[s])
-                    break
-                await self._refill(stats)
-                continue
+            if stats.valid >= self.samples_per_iteration:
+                for s in np.flatnonzero(self.live):  # rollout boundary: bootstrap, keep the episode
+                    recorder.truncate(row, int(s), next_obs=self.obs[s])
+                break
+            await self._refill(stats)
+        return self._finish(recorder, stats, started)
 
-            self.round_steps += 1
-            self.round_done[ended] = True
-            done = self.round_done[self.round_members]
-            if self.rule.round_over(ended=ended, live=self.live, done=done, steps=self.round_steps):
-                self._end_round(row, recorder, stats)
-                if stats.valid >= self.samples_per_iteration:
-                    break
-                await self._start_round(stats)
+    async def _sample_rounds(self, recorder: RolloutRecorder, stats: IterationStats) -> None:
+        """Rounds until the iteration has its samples: each opened by a global reset, stepped
+        (rounds.py) until the rule ends it, closed by a global truncation."""
+        last_valid, last_progress = 0, time.monotonic()
+        while True:
+            await self._start_round(stats)
+            last_row = await step_round(self, recorder, stats, pipelined=self.pipeline)
+            self._end_round(last_row, recorder, stats)
+            if stats.valid >= self.samples_per_iteration:
+                return
+            if stats.valid > last_valid:
+                last_valid, last_progress = stats.valid, time.monotonic()
+            elif time.monotonic() - last_progress > self.stall_timeout_s:
+                raise SamplingError(
+                    f"no valid step for {self.stall_timeout_s:g} s; simulators: "
+                    + "; ".join(f"{s.address} up={s.up} {s.last_error}" for s in self.pool.servers)
+                )
 
+    def _finish(self, recorder: RolloutRecorder, stats: IterationStats, started: float):
         t0 = time.perf_counter()
         batch = recorder.build(self.runner.value)
         stats.inference_s += time.perf_counter() - t0
@@ -308,4 +318,5 @@ class LockstepSampler:
                 stats.record_episode(int(self.episode_len[s]), "fault")
             self.live[s] = False
             self.round_done[s] = True
+            self.done_row[s] = row
             stats.faults += 1

@@ -227,6 +227,7 @@ class TrainingRun:
                 "FAST_BROKER_LOCALITY": str(cfg.locality).lower(),
                 "FAST_BROKER_LOCALITY_MAX_REPEAT": str(cfg.locality_max_repeat),
                 "FAST_BROKER_PREFETCH": str(cfg.prefetch).lower(),
+                "FAST_BROKER_PIPELINE": str(cfg.pipeline).lower(),
             },
         )
         self.addresses["broker"] = processes.wait_listening(self.broker, deadline, stopping).address

@@ -1,0 +1,184 @@
+"""One round of a lock-step mode with rounds (sgr, fast), stepped server by server, optionally pipelined.
+
+Each simulator server's slots are a group: one forward pass (on the group's own noise stream,
+broker/policy_runner.py) and one Step call per group and row. Unpipelined, a row starts only
+when the previous one is complete and the rule said the round goes on: the classic lock-step.
+
+Pipelined, a server whose answer is in steps its next row at once, while the other servers are
+still stepping the current one, so inference and transport for one server overlap stepping on
+another. That next row is speculative: the round may end at the current row (DPSA's alpha is
+reached by the slower servers' answers). Its answer is therefore held, not applied, until the
+current row is judged; if the round goes on it is applied as if it had been stepped then, and if
+the round ends it is thrown away: its row leaves the batch, the group's noise stream is rewound
+to before it, and the slots' simulator state does not matter, as the round's end resets every
+slot. Every decision is taken on exactly the figures of the unpipelined run, so the batch is the
+same array for array (tests/test_pipelined_rounds.py); the price is at most one thrown-away Step
+call per server and round, counted in `steps_discarded`.
+
+A group runs at most one row ahead of the last row judged: its next row needs its held answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from broker.metrics import IterationStats
+    from broker.pool import PoolStep
+    from broker.recorder import RolloutRecorder
+    from broker.samplers.lockstep import LockstepSampler
+
+NOT_DONE = np.iinfo(np.int64).max
+
+
+@dataclass
+class _Call:
+    group: int
+    row: int
+    acting: np.ndarray  # positions into the sampler's slots
+    values: np.ndarray  # V(obs) of those slots: the bootstrap value if their step fails
+    noise_state: dict  # the group's noise stream before this row's draw (to rewind a thrown-away row)
+    result: PoolStep | None = None  # a speculative answer, held until the row before is judged
+
+
+async def step_round(
+    sampler: LockstepSampler, recorder: RolloutRecorder, stats: IterationStats, *, pipelined: bool
+) -> int:
+    """Step the round that `sampler._start_round` opened until its rule ends it; the last row.
+
+    Returns recorder.num_rows - 1 when no slot acts at all (every reset failed)."""
+    s = sampler
+    owners = s.pool.slot_server[s.slots]
+    groups = {int(g): np.flatnonzero(owners == g) for g in np.unique(owners)}
+    first = recorder.num_rows
+    next_row = dict.fromkeys(groups, first)
+    finished: set[int] = set()  # groups with no slot left to act this round
+    in_flight: dict[asyncio.Future, _Call] = {}
+    held: list[_Call] = []  # speculative answers of row decided + 2
+    server_s: dict[int, float] = {}  # per row: the slowest server's own time
+    ended_at: dict[int, list[np.ndarray]] = {}  # per row: slots whose episode ended there
+    decided = first - 1  # the last row judged: the round goes on after it
+    members = np.flatnonzero(s.round_members)
+
+    def start(g: int, row: int) -> None:
+        positions = groups[g]
+        acting = positions[s.live[positions] & s._up()[positions]]
+        if acting.size == 0:
+            finished.add(g)
+            return
+        if row == recorder.num_rows:
+            recorder.new_row()
+        state = s.runner.noise_state(g)
+        t0 = time.perf_counter()
+        decision = s.runner.act(s.obs[acting], stream=g)
+        stats.inference_s += time.perf_counter() - t0
+        recorder.put(row, acting, s.obs[acting], decision.actions, decision.logprobs, decision.values)
+        call = asyncio.ensure_future(s.pool.step(s.slots[acting], decision.env_actions))
+        in_flight[call] = _Call(g, row, acting, decision.values, state)
+        next_row[g] = row + 1
+        stats.steps_ahead += row > decided + 1
+
+    def may_start(g: int) -> bool:
+        busy = any(c.group == g for c in (*in_flight.values(), *held))
+        return not busy and g not in finished and next_row[g] <= decided + (2 if pipelined else 1)
+
+    def row_complete(row: int) -> bool:
+        return not any(c.row == row for c in in_flight.values()) and all(
+            next_row[g] > row for g in groups if g not in finished
+        )
+
+    def apply(call: _Call, result: PoolStep) -> None:
+        server_s[call.row] = max(server_s.get(call.row, 0.0), result.server_s)
+        ended_at.setdefault(call.row, []).append(_apply(s, recorder, stats, call, result))
+
+    def judge(row: int) -> bool:
+        """Is the round over after `row`?"""
+        ended = np.concatenate(ended_at[row]) if ended_at.get(row) else np.zeros(0, dtype=np.int64)
+        done_by_row = s.done_row <= row
+        stats.transitions += int(s._up().sum())  # every slot of an up server holds its place in the row
+        stats.step_server_s += server_s.get(row, 0.0)
+        return s.rule.round_over(
+            ended=ended, live=s.round_members & ~done_by_row, done=done_by_row[members], steps=row - first + 1
+        )
+
+    async def throw_away_speculation() -> None:
+        """The round ended: wait for the Step calls still out (a server steps one call at a time),
+        then forget the rows past the end: their batch row, their noise draws."""
+        if in_flight:
+            t0 = time.perf_counter()
+            await asyncio.gather(*in_flight)
+            stats.step_wall_s += time.perf_counter() - t0
+        speculative = [*held, *in_flight.values()]
+        for call in speculative:
+            s.runner.rewind_noise(call.group, call.noise_state)
+        stats.steps_discarded += len(speculative)
+        in_flight.clear()
+        held.clear()
+        recorder.drop_rows(decided + 2)
+
+    for g in groups:
+        start(g, first)
+    if not in_flight:
+        return recorder.num_rows - 1
+    try:
+        while True:
+            # Judge every row all groups have stepped, in order; answers held for the next row then count.
+            while decided + 1 < recorder.num_rows and row_complete(decided + 1):
+                if judge(decided + 1):
+                    await throw_away_speculation()
+                    s.round_steps = decided + 1 - first + 1
+                    return decided + 1
+                decided += 1
+                for call in sorted(held, key=lambda c: c.group):
+                    apply(call, call.result)
+                held.clear()
+            for g in groups:
+                if may_start(g):
+                    start(g, next_row[g])
+            if not in_flight:  # nothing acts any more and the rule did not end the round: end it here
+                s.round_steps = recorder.num_rows - first
+                return recorder.num_rows - 1
+            t0 = time.perf_counter()
+            done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+            stats.step_wall_s += time.perf_counter() - t0
+            for future in sorted(done, key=lambda f: (in_flight[f].row, in_flight[f].group)):
+                call = in_flight.pop(future)
+                if call.row <= decided + 1:
+                    apply(call, future.result())
+                else:
+                    call.result = future.result()
+                    held.append(call)
+    finally:
+        for future in in_flight:
+            future.cancel()
+
+
+def _apply(s: LockstepSampler, recorder: RolloutRecorder, stats: IterationStats, call: _Call, result) -> np.ndarray:
+    """One group's answer for one row into the batch and the slots' state; the slots whose episode ended."""
+    row, idx = call.row, call.acting
+    if result.failed.any():
+        s._fault(row, idx, result.failed, call.values, recorder, stats)
+    ok = ~result.failed
+    done_idx = idx[ok]
+    recorder.set_outcome(row, done_idx, result.rewards[ok], result.terminated[ok])
+    stats.valid += done_idx.size
+    s.episode_len[done_idx] += 1
+    s.obs[done_idx] = result.observations[ok]
+    ended_pos = np.flatnonzero(result.terminated[ok] | result.truncated[ok])
+    for j in ended_pos:
+        slot = int(done_idx[j])
+        terminated = bool(result.terminated[ok][j])
+        if not terminated:
+            recorder.truncate(row, slot, next_obs=s.obs[slot])
+        summary = result.episodes.get(int(s.slots[slot]))
+        stats.record_episode(int(s.episode_len[slot]), "terminated" if terminated else "clip_end", summary)
+        s.live[slot] = False
+    ended = done_idx[ended_pos]
+    s.round_done[ended] = True
+    s.done_row[ended] = row
+    return ended
