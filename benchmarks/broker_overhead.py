@@ -22,6 +22,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import builtins
+import functools
+import io
+import json
 import os
 import statistics
 import sys
@@ -143,6 +147,8 @@ async def main(args: argparse.Namespace) -> None:
             results += await measure(
                 slots, servers, args.pipeline, args.iterations, args.samples, args.alpha, args.t_max, profile
             )
+    out = io.StringIO()
+    print = functools.partial(builtins.print, file=_Tee(out))  # noqa: A001  (the report also goes to --out)
     print(
         f"fast mode, step-only preset (1.6 ms step, free resets), alpha={args.alpha} t_max={args.t_max}, "
         f"{args.samples} valid samples/iteration, medians of {args.iterations} iterations"
@@ -162,10 +168,26 @@ async def main(args: argparse.Namespace) -> None:
             f"{sp['waiting']:.2f} {sp['resetting']:.2f}"
         )
     if profile:
-        print_profiles(results, profile)
+        print_profiles(results, profile, print)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "overhead.txt").write_text(out.getvalue())
+        (args.out / "overhead.json").write_text(json.dumps({"args": sys.argv[1:], "results": results}, indent=1))
 
 
-def print_profiles(results: list[dict], where: Path) -> None:
+class _Tee:
+    def __init__(self, copy: io.StringIO) -> None:
+        self.copy = copy
+
+    def write(self, text: str) -> None:
+        sys.stdout.write(text)
+        self.copy.write(text)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+
+
+def print_profiles(results: list[dict], where: Path, print=builtins.print) -> None:  # noqa: A002
     kinds = list(hot_path.KINDS)
     print(
         f"\nper lock-step step, ms of each process's main thread by kind of work (py-spy, one profiled iteration "
@@ -202,5 +224,6 @@ if __name__ == "__main__":
         default=[False, True],
         help="rounds pipelined across servers or not (broker/samplers/rounds.py): off,on measures both",
     )
+    parser.add_argument("--out", type=Path, default=None, help="also write overhead.txt and overhead.json here")
     parser.add_argument("--profile", action="store_true", help="also break each step down with py-spy")
     asyncio.run(main(parser.parse_args()))

@@ -407,7 +407,11 @@ class SimulatorPool:
             self.counters.step_server_s += t.compute_s + t.emulated_s
             server.bad_answers = 0  # a good Step answer: it works again
 
-        await asyncio.gather(*(call(self.servers[s], pos) for s, pos in groups.items()))
+        if len(groups) == 1:  # one server (the pipelined rounds' calls): no gather, no task of its own
+            [(s, pos)] = groups.items()
+            await call(self.servers[s], pos)
+        else:
+            await asyncio.gather(*(call(self.servers[s], pos) for s, pos in groups.items()))
         return out
 
     async def prepare(self, slots: np.ndarray, clips: np.ndarray, seeds: np.ndarray) -> None:
@@ -506,7 +510,9 @@ class SimulatorPool:
         if not server.up:
             return None
         try:
-            reply = await asyncio.wait_for(request(), timeout_s)
+            # asyncio.timeout, not wait_for: no extra task per call on the step path.
+            async with asyncio.timeout(timeout_s):
+                reply = await request()
         except _FAULTS as exc:
             self._mark_down(server, _describe_error(exc))
             return None

@@ -29,16 +29,21 @@ def _port(address: str) -> str:
 
 
 class FaultAtStep(SimulatorPool):
-    """A pool that calls `fault()` just before its `at_step`-th Step call, from inside the sampler."""
+    """A pool that calls `fault()` just before its `at_step`-th Step call of a slot of `server`
+    (its index in the pool), from inside the sampler.
 
-    def __init__(self, timeouts: PoolTimeouts, *, at_step: int, fault) -> None:
+    Counted per server: modes with rounds call Step once per server and row, pipelined, so the
+    order of calls across servers depends on who answers first."""
+
+    def __init__(self, timeouts: PoolTimeouts, *, at_step: int, fault, server: int = 1) -> None:
         super().__init__(timeouts)
-        self.at_step, self.fault, self.steps = at_step, fault, 0
+        self.at_step, self.fault, self.steps, self.server = at_step, fault, 0, server
 
     async def step(self, slots, env_actions, **kw):
-        self.steps += 1
-        if self.steps == self.at_step:
-            self.fault()
+        if (self.slot_server[slots] == self.server).any():
+            self.steps += 1
+            if self.steps == self.at_step:
+                self.fault()
         return await super().step(slots, env_actions, **kw)
 
 
@@ -50,7 +55,7 @@ def test_killed_simulator_masks_its_slots_and_is_readmitted() -> None:
     try:
 
         async def go():
-            # Kills server b just before the 3rd lock-step Step: mid-round, while its slots act.
+            # Kills server b just before its 3rd lock-step Step: mid-round, while its slots act.
             pool = FaultAtStep(
                 PoolTimeouts(step_s=2.0, reset_s=5.0, describe_s=1.0, backoff_initial_s=0.1, backoff_max_s=0.3),
                 at_step=3,
@@ -227,7 +232,7 @@ def test_stalled_simulator_times_out_and_is_readmitted_when_it_resumes() -> None
     try:
 
         async def go():
-            # Stops server b (SIGSTOP) just before the 5th Step: mid-iteration, while its slots act.
+            # Stops server b (SIGSTOP) just before its 5th Step: mid-iteration, while its slots act.
             pool = FaultAtStep(
                 PoolTimeouts(step_s=0.5, reset_s=1.0, describe_s=0.5, backoff_initial_s=0.1, backoff_max_s=0.3),
                 at_step=5,
