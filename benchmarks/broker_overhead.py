@@ -46,13 +46,17 @@ from jobs.processes import start_service  # noqa: E402
 
 async def measure(
     slots: int, servers: int, pipelines: list[bool], iterations: int, samples: int, alpha: float, t_max: int,
-    profile: Path | None,
+    profile: Path | None, step_latency_s: float | None = None,
 ) -> list[dict]:  # fmt: skip
     """One row per pipeline setting, measured on the same server processes, iterations interleaved."""
+    latency_args = ["--step-latency-s", repr(step_latency_s)] if step_latency_s is not None else []
     per_server = slots // servers
     sizes = [per_server + (1 if i < slots % servers else 0) for i in range(servers)]
     procs = [
-        start_service(f"sim-{i}", ["sim-server", "--slots", str(k), "--port", "0", "--cost-preset", "step-only"])
+        start_service(
+            f"sim-{i}",
+            ["sim-server", "--slots", str(k), "--port", "0", "--cost-preset", "step-only", *latency_args],
+        )
         for i, k in enumerate(sizes)
     ]
     try:
@@ -145,12 +149,14 @@ async def main(args: argparse.Namespace) -> None:
     for slots in (10, 30):
         for servers in args.servers:
             results += await measure(
-                slots, servers, args.pipeline, args.iterations, args.samples, args.alpha, args.t_max, profile
-            )
+                slots, servers, args.pipeline, args.iterations, args.samples, args.alpha, args.t_max, profile,
+                args.step_latency_s,
+            )  # fmt: skip
     out = io.StringIO()
     print = functools.partial(builtins.print, file=_Tee(out))  # noqa: A001  (the report also goes to --out)
     print(
-        f"fast mode, step-only preset (1.6 ms step, free resets), alpha={args.alpha} t_max={args.t_max}, "
+        f"fast mode, step-only preset ({(args.step_latency_s or 0.0016) * 1e3:g} ms step, free resets), "
+        f"alpha={args.alpha} t_max={args.t_max}, "
         f"{args.samples} valid samples/iteration, medians of {args.iterations} iterations"
     )
     print(
@@ -223,6 +229,9 @@ if __name__ == "__main__":
         type=lambda text: [{"on": True, "off": False}[x] for x in text.split(",")],
         default=[False, True],
         help="rounds pipelined across servers or not (broker/samplers/rounds.py): off,on measures both",
+    )
+    parser.add_argument(
+        "--step-latency-s", type=float, default=None, help="the servers' emulated step latency (default: 1.6 ms)"
     )
     parser.add_argument("--out", type=Path, default=None, help="also write overhead.txt and overhead.json here")
     parser.add_argument("--profile", action="store_true", help="also break each step down with py-spy")

@@ -9,8 +9,9 @@ for the process's main thread, the time spent in each kind of work (samples over
 A sample's kind is decided from its innermost frame outwards, by the first frame a rule claims:
 the event loop's selector is waiting; the policy runner is inference; tensor codecs, protobuf
 and request/response building are serialisation; grpc is transport; asyncio is the event
-loop's own scheduling; the broker's modules are bookkeeping; the simulator's environment and
-cost model are simulator work. So time in numpy under `PolicyRunner.act` is inference, and an
+loop's own scheduling (grpc's Cython callbacks, which py-spy cannot see, run under the loop's
+`Handle._run` and count here too); the broker's modules are bookkeeping; the simulator's
+environment and cost model are simulator work. So time in numpy under `PolicyRunner.act` is inference, and an
 asyncio frame under a grpc call is transport's.
 """
 
