@@ -11,16 +11,20 @@ included), for DPSA and for SGR, with and without prefetch.
 from __future__ import annotations
 
 import asyncio
-from contextlib import ExitStack
+from contextlib import ExitStack, asynccontextmanager
 
 import numpy as np
 import pytest
 from conftest import sim_server
+from scripted_env import ScriptedLengthEnv
 
 from broker.dealer import ClipDealer
 from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
 from broker.samplers import make_sampler
+from sim_server.cost_model import CostModel, CostModelConfig
+from sim_server.server import create_server
+from sim_server.simulator import Simulator
 
 # Three servers at three speeds: the fast ones answer first and step on.
 LATENCIES = ("0.0005", "0.002", "0.004")
@@ -75,3 +79,60 @@ def test_pipelined_rounds_sample_the_same_batches_as_lockstep() -> None:
             # Servers did step ahead of the row being judged, and some of those steps were thrown away
             # (the round ended at the row before): the batches above are the same all the same.
             assert sum(q.steps_ahead for q in piped_stats) > sum(q.steps_discarded for q in piped_stats) > 0
+
+
+@asynccontextmanager
+async def _scripted_servers(*envs_and_latencies):
+    """Scripted envs (tests/scripted_env.py), each behind a real gRPC server with its own step latency."""
+    servers, pool = [], SimulatorPool()
+    try:
+        for env, latency in envs_and_latencies:
+            sim = Simulator(env, CostModel(CostModelConfig(step_latency_s=latency)))
+            server, port, _ = await create_server(sim, "127.0.0.1:0", env_id="scripted")
+            servers.append(server)
+            await pool.add(f"127.0.0.1:{port}")
+        yield pool
+    finally:
+        await pool.close()
+        for server in servers:
+            await server.stop(None)
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+@pytest.mark.parametrize(
+    "lengths_a, lengths_b, terminated, discarded",
+    [
+        # A's two slots end at step 3, with nothing else: 2 of 4 done, the round ends at row 2. Pipelined,
+        # A's row-2 answer (its two endings) arrives while row 1 is not judged yet: it waits.
+        ([3, 3], [10, 10], [True, True, False, False], 0),
+        # One slot of each ends at step 3: the round ends at row 2. Pipelined, A has stepped its live
+        # slot's row 3 by then: that step is thrown away.
+        ([3, 10], [3, 10], [True, False, True, False], 1),
+    ],
+)
+@pytest.mark.timeout(60)
+def test_a_fast_server_waits_for_the_row_before_and_its_steps_past_the_end_are_thrown_away(
+    pipeline, lengths_a, lengths_b, terminated, discarded
+) -> None:
+    """Server A answers at once, server B after 30 ms; DPSA, alpha 0.5, one round."""
+
+    async def go():
+        a, b = ScriptedLengthEnv(lengths_a), ScriptedLengthEnv(lengths_b)
+        async with _scripted_servers((a, 0.0), (b, 0.03)) as pool:
+            runner = PolicyRunner(pool.observation_space, pool.action_space, (8,), seed=0)
+            dealer = ClipDealer(50, holdout_every=0, seed=0)
+            sampler = make_sampler(
+                "fast", pool, runner, dealer, samples_per_iteration=1, alpha=0.5, t_max=100, pipeline=pipeline
+            )
+            return await sampler.sample()
+
+    batch, stats = asyncio.run(go())
+    assert batch["valid_mask"].shape == (3, 4) and batch["valid_mask"].all()  # nothing of a row past the end
+    assert batch["terminated"][2].tolist() == terminated
+    assert batch["truncated"][2].tolist() == [not t for t in terminated]  # the live slots cut at the end
+    assert not batch["terminated"][:2].any() and not batch["truncated"][:2].any()
+    assert stats.valid == stats.transitions == 12 and sorted(stats.episode_lengths) == [3, 3, 3, 3]
+    if pipeline:
+        assert stats.steps_ahead >= 2 and stats.steps_discarded == discarded
+    else:
+        assert stats.steps_ahead == stats.steps_discarded == 0
