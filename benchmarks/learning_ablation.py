@@ -50,6 +50,12 @@ VARIANTS: dict[str, dict] = {
     "kinked:crash50": {**KINKED, "collision_penalty": 50.0},
     "kinked:norm_reward+log_std-1+anneal": {**KINKED, "norm_reward": True, "init_log_std": -1.0, "anneal_lr": True},
     "crash50+levers": {"collision_penalty": 50.0, "norm_reward": True, "init_log_std": -0.5, "anneal_lr": True},
+    # A dense term before the crash: 1 per step at TTC 0 to the lead, falling to 0 at 3 s.
+    "ttc1": {"ttc_weight": 1.0},
+    "ttc1+norm_reward": {"ttc_weight": 1.0, "norm_reward": True},
+    # CleanRL's minibatch count for 2,048 transitions (32 of 64), four times the gradient steps.
+    "mb32": {"num_minibatches": 32},
+    "mb32+ttc1": {"num_minibatches": 32, "ttc_weight": 1.0},
 }
 
 
@@ -66,6 +72,7 @@ def _workload_accel():
 
 
 WORKLOAD_COLLISION_PENALTY = 10.0  # sim_server/takeover/reward.py's, restored before every run
+WORKLOAD_TTC_WEIGHT = 0.0
 
 BASE = {
     "iterations": 350,
@@ -169,6 +176,7 @@ async def _run(variant: str, seed: int, iterations: int | None) -> dict:
     from sim_server.takeover import reward
 
     reward.COLLISION_PENALTY = settings.get("collision_penalty", WORKLOAD_COLLISION_PENALTY)
+    reward.TTC_WEIGHT = settings.get("ttc_weight", WORKLOAD_TTC_WEIGHT)
     # The longitudinal action map: the workload's (6 m/s^2 per unit both ways, capped at +3), or
     # "kinked": 3 per unit forward and 6 braking, the workload's map before 2026-12-01.
     from sim_server.takeover import dynamics
@@ -319,7 +327,13 @@ def main() -> None:
         "the map it has now (6 per unit both ways, capped at +3). `crash50` raises the workload's collision "
         "penalty from 10 to 50, so its returns are in other units than the other rows' (its margins and "
         "rates compare). Train s is wall-clock of the 350 iterations, two runs at a time on 2 cores, some "
-        "beside other work: not a speed figure. Every run is a line of runs.jsonl.\n\n" + text + "\n"
+        "beside other work: not a speed figure. Every run is a line of runs.jsonl.\n\n"
+        "`ttc1` adds a dense term before a crash: 1 per step at a time to collision of 0 with the lead, "
+        "falling to 0 at 3 s (sim_server/takeover/reward.py `TTC_WEIGHT`, 0 in the workload). `mb32` is "
+        "CleanRL's 32 minibatches instead of 8 (four times the gradient steps, about twice the wall time). "
+        "The `mb32` runs were made after the lock-step rounds began to act per server on noise streams of "
+        "their own (commit 4fff3ac), so their seeds draw other actions than the rows before them; their "
+        "`code` field says so.\n\n" + text + "\n"
     )
 
 

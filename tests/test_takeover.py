@@ -282,3 +282,27 @@ def test_speeding_is_measured_against_the_limit(catalog) -> None:
     m = r.episode_metrics[0]
     assert m["speeding_fraction"] == 1.0 and m["speed_efficiency"] > 1.2
     assert float(r.rewards[0]) < 1.0 - 2.0 * 0.2  # progress capped at 1, speeding penalised
+
+
+def test_the_closing_in_term_is_off_in_the_workload_and_charges_under_three_seconds_when_on(monkeypatch):
+    from sim_server.takeover import reward
+
+    k = 4
+    common = dict(
+        speed=np.full(k, 10.0),
+        cos_h=np.ones(k),
+        limit=np.full(k, 10.0),
+        accel=np.zeros(k),
+        jerk=np.zeros(k),
+        lane_offset=np.zeros(k),
+        half_lane_width=np.full(k, 1.75),
+        solid_crossings=np.zeros(k),
+        collided=np.zeros(k, bool),
+        off_road=np.zeros(k, bool),
+        lead_gap=np.array([np.inf, 30.0, 15.0, 5.0]),
+        lead_closing=np.array([0.0, 5.0, 10.0, 10.0]),
+    )  # fmt: skip: ttc: none, 6 s, 1.5 s, 0.5 s
+    assert reward.TTC_WEIGHT == 0.0
+    np.testing.assert_array_equal(reward.step_reward(**common), np.ones(k))
+    monkeypatch.setattr(reward, "TTC_WEIGHT", 1.0)
+    np.testing.assert_allclose(reward.step_reward(**common), [1.0, 1.0, 0.5, 1.0 / 6.0])

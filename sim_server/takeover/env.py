@@ -125,6 +125,7 @@ class TakeoverEnv:
             speed=speed, cos_h=cos_h, limit=limit, accel=accel, jerk=(accel - accel_before) / DT,
             lane_offset=d - lane_centre, half_lane_width=0.5 * lane_width, solid_crossings=crossings,
             collided=scene.collided, off_road=off_road,
+            lead_gap=scene.lead_gap, lead_closing=scene.lead_closing,
         )  # fmt: skip
         self._metrics.update(
             slots, reward=reward, s=s, speed=speed, limit=limit, accel=accel, solid_crossings=crossings,
