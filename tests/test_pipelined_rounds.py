@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from conftest import sim_server
 from scripted_env import ScriptedLengthEnv
+from test_prefetch_system import sample_three
 
 from broker.dealer import ClipDealer
 from broker.policy_runner import PolicyRunner
@@ -28,23 +29,6 @@ from sim_server.simulator import Simulator
 
 # Three servers at three speeds: the fast ones answer first and step on.
 LATENCIES = ("0.0005", "0.002", "0.004")
-
-
-async def _sample(addresses: list[str], *, mode: str, pipeline: bool, prefetch: bool = False, alpha: float = 0.5):
-    pool = SimulatorPool()
-    try:
-        for address in addresses:
-            await pool.add(address)
-        runner = PolicyRunner(pool.observation_space, pool.action_space, (16,), seed=3)
-        dealer = ClipDealer(pool.num_clips, holdout_every=10, seed=5)
-        sampler = make_sampler(
-            mode, pool, runner, dealer, samples_per_iteration=400, alpha=alpha, t_max=60, prefetch=prefetch,
-            pipeline=pipeline,
-        )  # fmt: skip
-        out = [await sampler.sample() for _ in range(3)]
-        return [batch for batch, _ in out], [stats for _, stats in out]
-    finally:
-        await pool.close()
 
 
 def _same_batches(a: list[dict], b: list[dict]) -> None:
@@ -64,11 +48,11 @@ def test_pipelined_rounds_sample_the_same_batches_as_lockstep() -> None:
         ]
         addresses = [s.address for s in servers]
         for mode, prefetch, alpha in (("fast", False, 0.5), ("fast", True, 0.8), ("sgr", False, 1.0)):
-            plain, plain_stats = asyncio.run(
-                _sample(addresses, mode=mode, pipeline=False, prefetch=prefetch, alpha=alpha)
+            plain, plain_stats, _ = asyncio.run(
+                sample_three(addresses, mode=mode, pipeline=False, prefetch=prefetch, alpha=alpha)
             )
-            piped, piped_stats = asyncio.run(
-                _sample(addresses, mode=mode, pipeline=True, prefetch=prefetch, alpha=alpha)
+            piped, piped_stats, _ = asyncio.run(
+                sample_three(addresses, mode=mode, pipeline=True, prefetch=prefetch, alpha=alpha)
             )
             _same_batches(plain, piped)
             for p, q in zip(plain_stats, piped_stats):

@@ -24,7 +24,11 @@ from broker.samplers import make_sampler
 COSTS = ("--cost-preset", "calibrated", "--map-load-s", "0.004", "--reset-fixed-s", "0.001")
 
 
-async def _sample(addresses: list[str], *, prefetch: bool, mode: str = "fast") -> tuple[list, list, SimulatorPool]:
+async def sample_three(
+    addresses: list[str], *, prefetch: bool, mode: str = "fast", alpha: float = 0.5, **settings
+) -> tuple[list, list, SimulatorPool]:
+    """Three iterations of `mode` on the servers at `addresses` (batches, stats, the pool, closed);
+    `settings` go to make_sampler."""
     pool = SimulatorPool()
     try:
         for address in addresses:
@@ -32,8 +36,9 @@ async def _sample(addresses: list[str], *, prefetch: bool, mode: str = "fast") -
         runner = PolicyRunner(pool.observation_space, pool.action_space, (16,), seed=3)
         dealer = ClipDealer(pool.num_clips, holdout_every=10, seed=5)
         sampler = make_sampler(
-            mode, pool, runner, dealer, samples_per_iteration=400, alpha=0.5, t_max=60, prefetch=prefetch
-        )
+            mode, pool, runner, dealer, samples_per_iteration=400, alpha=alpha, t_max=60, prefetch=prefetch,
+            **settings,
+        )  # fmt: skip
         out = [await sampler.sample() for _ in range(3)]
         return [batch for batch, _ in out], [stats for _, stats in out], pool
     finally:
@@ -46,8 +51,8 @@ def test_fast_with_prefetch_samples_the_same_batches_as_without() -> None:
         servers = [stack.enter_context(sim_server("--slots", "3", *COSTS)) for _ in range(2)]
         servers.append(stack.enter_context(sim_server("--slots", "2", "--no-prefetch", *COSTS)))
         addresses = [s.address for s in servers]
-        plain, plain_stats, plain_pool = asyncio.run(_sample(addresses, prefetch=False))
-        ahead, ahead_stats, ahead_pool = asyncio.run(_sample(addresses, prefetch=True))
+        plain, plain_stats, plain_pool = asyncio.run(sample_three(addresses, prefetch=False))
+        ahead, ahead_stats, ahead_pool = asyncio.run(sample_three(addresses, prefetch=True))
 
     for a, b in zip(plain, ahead):
         assert a.keys() == b.keys()

@@ -35,7 +35,7 @@ from broker.samplers.rounds import NOT_DONE, step_round
 if TYPE_CHECKING:
     from broker.dealer import ClipDealer
     from broker.policy_runner import PolicyRunner
-    from broker.pool import SimulatorPool
+    from broker.pool import PoolStep, SimulatorPool
 
 
 class LockstepRule:
@@ -221,15 +221,9 @@ class LockstepSampler:
             await self._sample_rounds(recorder, stats)
             return self._finish(recorder, stats, started)
         await self._refill(stats)
-        last_valid, last_progress = 0, time.monotonic()
+        progress = (0, time.monotonic())
         while True:
-            if stats.valid > last_valid:
-                last_valid, last_progress = stats.valid, time.monotonic()
-            elif time.monotonic() - last_progress > self.stall_timeout_s:
-                raise SamplingError(
-                    f"no valid step for {self.stall_timeout_s:g} s; simulators: "
-                    + "; ".join(f"{s.address} up={s.up} {s.last_error}" for s in self.pool.servers)
-                )
+            progress = self._check_progress(stats, progress)
             up = self._up()
             acting = self.live & up
             if not acting.any():
@@ -248,24 +242,7 @@ class LockstepSampler:
             # included); slots of a server that is down sample nothing and are not counted.
             stats.transitions += int(up.sum())
 
-            if result.failed.any():
-                self._fault(row, idx, result.failed, decision.values, recorder, stats)
-            ok = ~result.failed
-            done_idx = idx[ok]
-            recorder.set_outcome(row, done_idx, result.rewards[ok], result.terminated[ok])
-            stats.valid += done_idx.size
-            self.episode_len[done_idx] += 1
-            self.obs[done_idx] = result.observations[ok]
-            ended_pos = np.flatnonzero(result.terminated[ok] | result.truncated[ok])
-            for j in ended_pos:
-                s = int(done_idx[j])
-                terminated = bool(result.terminated[ok][j])
-                if not terminated:
-                    recorder.truncate(row, s, next_obs=self.obs[s])
-                summary = result.episodes.get(int(self.slots[s]))
-                stats.record_episode(int(self.episode_len[s]), "terminated" if terminated else "clip_end", summary)
-                self.live[s] = False
-
+            self.apply_step(row, idx, result, decision.values, recorder, stats)
             if stats.valid >= self.samples_per_iteration:
                 for s in np.flatnonzero(self.live):  # rollout boundary: bootstrap, keep the episode
                     recorder.truncate(row, int(s), next_obs=self.obs[s])
@@ -276,20 +253,56 @@ class LockstepSampler:
     async def _sample_rounds(self, recorder: RolloutRecorder, stats: IterationStats) -> None:
         """Rounds until the iteration has its samples: each opened by a global reset, stepped
         (rounds.py) until the rule ends it, closed by a global truncation."""
-        last_valid, last_progress = 0, time.monotonic()
+        progress = (0, time.monotonic())
         while True:
             await self._start_round(stats)
             last_row = await step_round(self, recorder, stats, pipelined=self.pipeline)
             self._end_round(last_row, recorder, stats)
             if stats.valid >= self.samples_per_iteration:
                 return
-            if stats.valid > last_valid:
-                last_valid, last_progress = stats.valid, time.monotonic()
-            elif time.monotonic() - last_progress > self.stall_timeout_s:
-                raise SamplingError(
-                    f"no valid step for {self.stall_timeout_s:g} s; simulators: "
-                    + "; ".join(f"{s.address} up={s.up} {s.last_error}" for s in self.pool.servers)
-                )
+            progress = self._check_progress(stats, progress)
+
+    def _check_progress(self, stats: IterationStats, progress: tuple[int, float]) -> tuple[int, float]:
+        """(valid count, when it last grew); SamplingError when it has not grown for stall_timeout_s."""
+        last_valid, last_progress = progress
+        if stats.valid > last_valid:
+            return stats.valid, time.monotonic()
+        if time.monotonic() - last_progress > self.stall_timeout_s:
+            raise SamplingError(
+                f"no valid step for {self.stall_timeout_s:g} s; simulators: "
+                + "; ".join(f"{s.address} up={s.up} {s.last_error}" for s in self.pool.servers)
+            )
+        return progress
+
+    def apply_step(
+        self,
+        row: int,
+        idx: np.ndarray,
+        result: PoolStep,
+        values: np.ndarray,
+        recorder: RolloutRecorder,
+        stats: IterationStats,
+    ) -> np.ndarray:
+        """A Step answer for slots `idx` (positions) at `row`: outcomes into the batch, failures
+        padded, ended episodes recorded; returns the positions whose episode ended."""
+        if result.failed.any():
+            self._fault(row, idx, result.failed, values, recorder, stats)
+        ok = ~result.failed
+        done_idx = idx[ok]
+        recorder.set_outcome(row, done_idx, result.rewards[ok], result.terminated[ok])
+        stats.valid += done_idx.size
+        self.episode_len[done_idx] += 1
+        self.obs[done_idx] = result.observations[ok]
+        ended_pos = np.flatnonzero(result.terminated[ok] | result.truncated[ok])
+        for j in ended_pos:
+            s = int(done_idx[j])
+            terminated = bool(result.terminated[ok][j])
+            if not terminated:
+                recorder.truncate(row, s, next_obs=self.obs[s])
+            summary = result.episodes.get(int(self.slots[s]))
+            stats.record_episode(int(self.episode_len[s]), "terminated" if terminated else "clip_end", summary)
+            self.live[s] = False
+        return done_idx[ended_pos]
 
     def _finish(self, recorder: RolloutRecorder, stats: IterationStats, started: float):
         t0 = time.perf_counter()

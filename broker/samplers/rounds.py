@@ -160,25 +160,7 @@ async def step_round(
 
 def _apply(s: LockstepSampler, recorder: RolloutRecorder, stats: IterationStats, call: _Call, result) -> np.ndarray:
     """One group's answer for one row into the batch and the slots' state; the slots whose episode ended."""
-    row, idx = call.row, call.acting
-    if result.failed.any():
-        s._fault(row, idx, result.failed, call.values, recorder, stats)
-    ok = ~result.failed
-    done_idx = idx[ok]
-    recorder.set_outcome(row, done_idx, result.rewards[ok], result.terminated[ok])
-    stats.valid += done_idx.size
-    s.episode_len[done_idx] += 1
-    s.obs[done_idx] = result.observations[ok]
-    ended_pos = np.flatnonzero(result.terminated[ok] | result.truncated[ok])
-    for j in ended_pos:
-        slot = int(done_idx[j])
-        terminated = bool(result.terminated[ok][j])
-        if not terminated:
-            recorder.truncate(row, slot, next_obs=s.obs[slot])
-        summary = result.episodes.get(int(s.slots[slot]))
-        stats.record_episode(int(s.episode_len[slot]), "terminated" if terminated else "clip_end", summary)
-        s.live[slot] = False
-    ended = done_idx[ended_pos]
+    ended = s.apply_step(call.row, call.acting, result, call.values, recorder, stats)
     s.round_done[ended] = True
-    s.done_row[ended] = row
+    s.done_row[ended] = call.row
     return ended
