@@ -34,9 +34,10 @@ class BrokerConfig(TlsSettings):
     # Prefetch (fast.v1 Prepare): deal each slot's next clip ahead and have servers that serve
     # Prepare load it while the slots step; the Reset then pays only what is left.
     prefetch: bool = False
-    # sgr, fast: a server that has answered steps its slots on while the others still step, as long
-    # as the round cannot end at that row (broker/samplers/rounds.py); the batch is the same either way.
-    pipeline: bool = True
+    # sgr, fast: a server that has answered steps its next row while the others still step (the row
+    # is speculative until judged; broker/samplers/rounds.py); the batch is the same either way. Off
+    # by default: it pays when simulators run elsewhere and step slowly, not on a few shared cores.
+    pipeline: bool = False
     # Deadlines and retries: no wait is unbounded.
     step_timeout_s: float = Field(5.0, gt=0.0)
     reset_timeout_s: float = Field(30.0, gt=0.0)

@@ -104,7 +104,6 @@ class PolicyRunner:
             self._streams[stream] = np.random.default_rng([self._seed, stream])
         return self._streams[stream]
 
-    @torch.no_grad()
     def act(self, obs: np.ndarray, *, stream: int | None = None) -> Decision:
         """Sample actions for obs [k, *obs_shape] in one forward pass.
 
@@ -113,9 +112,11 @@ class PolicyRunner:
         simulator server, each on its server's stream, so what a slot does depends neither on when
         the other servers answer nor on which of them act in the same call."""
         if self.action_space.kind != "box":
-            if stream is not None:
-                return self._act_discrete(obs, self._noise_source(stream))
-            action, logprob, _, value = self.policy.get_action_and_value(torch.as_tensor(obs, dtype=torch.float32))
+            with torch.no_grad():  # only here: the Box path below is numpy, and no_grad costs a call's worth
+                if stream is not None:
+                    return self._act_discrete(obs, self._noise_source(stream))
+                obs_t = torch.as_tensor(obs, dtype=torch.float32)
+                action, logprob, _, value = self.policy.get_action_and_value(obs_t)
             actions = action.numpy().astype(np.int64, copy=False)
             return Decision(
                 actions, self.to_env(actions), logprob.numpy().astype(np.float32), value.numpy().astype(np.float32)

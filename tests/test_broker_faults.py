@@ -10,6 +10,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 import torch
 
 from broker.dealer import ClipDealer
@@ -47,7 +48,8 @@ class FaultAtStep(SimulatorPool):
         return await super().step(slots, env_actions, **kw)
 
 
-def test_killed_simulator_masks_its_slots_and_is_readmitted() -> None:
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_killed_simulator_masks_its_slots_and_is_readmitted(pipeline: bool) -> None:
     sim_args = ["sim-server", "--slots", "3", "--step-latency-s", "0.003"]
     a = start_service("sim-a", [*sim_args, "--port", "0"])
     b = start_service("sim-b", [*sim_args, "--port", "0"])
@@ -72,6 +74,7 @@ def test_killed_simulator_masks_its_slots_and_is_readmitted() -> None:
                 samples_per_iteration=400,
                 alpha=1.0,
                 t_max=30,
+                pipeline=pipeline,
             )
             first = await sampler.sample()
             restarted.append(start_service("sim-b2", [*sim_args, "--port", _port(b.address)]))

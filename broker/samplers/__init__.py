@@ -65,7 +65,7 @@ def make_sampler(
     slots: np.ndarray | None = None,
     prefetch: bool = False,
     ver_step_batching: bool = True,  # ver: step the ready slots of a server in one call (False: one per slot)
-    pipeline: bool = True,  # sgr, fast: a server that answered steps on while the round cannot end (rounds.py)
+    pipeline: bool = False,  # sgr, fast: a server that answered steps its next row speculatively (rounds.py)
 ) -> Sampler:
     """A fresh sampler of `mode` over `slots` (global ids; all the pool's by default), with its own state."""
     if mode not in MODE_NAMES:

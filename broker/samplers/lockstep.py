@@ -77,7 +77,7 @@ class LockstepSampler:
         stall_timeout_s: float = 60.0,
         slots: np.ndarray | None = None,
         prefetch: bool = False,
-        pipeline: bool = True,
+        pipeline: bool = False,
     ) -> None:
         self.pool, self.runner, self.dealer = pool, runner, dealer
         self.rule = rule

@@ -42,7 +42,7 @@ class _Call:
     row: int
     acting: np.ndarray  # positions into the sampler's slots
     values: np.ndarray  # V(obs) of those slots: the bootstrap value if their step fails
-    noise_state: dict  # the group's noise stream before this row's draw (to rewind a thrown-away row)
+    noise_state: dict | None  # a speculative row's: the group's noise stream before its draw
     result: PoolStep | None = None  # a speculative answer, held until the row before is judged
 
 
@@ -55,6 +55,8 @@ async def step_round(
     s = sampler
     owners = s.pool.slot_server[s.slots]
     groups = {int(g): np.flatnonzero(owners == g) for g in np.unique(owners)}
+    if not pipelined:
+        return await _lockstep_round(s, recorder, stats, groups)
     first = recorder.num_rows
     next_row = dict.fromkeys(groups, first)
     finished: set[int] = set()  # groups with no slot left to act this round
@@ -73,7 +75,8 @@ async def step_round(
             return
         if row == recorder.num_rows:
             recorder.new_row()
-        state = s.runner.noise_state(g)
+        speculative = row > decided + 1
+        state = s.runner.noise_state(g) if speculative else None  # to rewind a row thrown away
         t0 = time.perf_counter()
         decision = s.runner.act(s.obs[acting], stream=g)
         stats.inference_s += time.perf_counter() - t0
@@ -81,7 +84,7 @@ async def step_round(
         call = asyncio.ensure_future(s.pool.step(s.slots[acting], decision.env_actions))
         in_flight[call] = _Call(g, row, acting, decision.values, state)
         next_row[g] = row + 1
-        stats.steps_ahead += row > decided + 1
+        stats.steps_ahead += speculative
 
     def may_start(g: int) -> bool:
         busy = any(c.group == g for c in (*in_flight.values(), *held))
@@ -156,6 +159,46 @@ async def step_round(
     finally:
         for future in in_flight:
             future.cancel()
+
+
+async def _lockstep_round(
+    s: LockstepSampler, recorder: RolloutRecorder, stats: IterationStats, groups: dict[int, np.ndarray]
+) -> int:
+    """The round unpipelined: every row, each server's slots act on its own stream (the same draws
+    as pipelined), then one Step call per server, all at once, and the row is judged."""
+    first = recorder.num_rows
+    members = np.flatnonzero(s.round_members)
+    while True:
+        up = s._up()
+        acting = s.live & up
+        if not acting.any():
+            s.round_steps = recorder.num_rows - first
+            return recorder.num_rows - 1
+        row = recorder.new_row()
+        parts, values, env_actions = [], [], []
+        t0 = time.perf_counter()
+        for g, positions in groups.items():
+            idx = positions[acting[positions]]
+            if idx.size:
+                decision = s.runner.act(s.obs[idx], stream=g)
+                recorder.put(row, idx, s.obs[idx], decision.actions, decision.logprobs, decision.values)
+                parts.append(idx)
+                values.append(decision.values)
+                env_actions.append(decision.env_actions)
+        stats.inference_s += time.perf_counter() - t0
+        idx = np.concatenate(parts)
+        t0 = time.perf_counter()
+        result = await s.pool.step(s.slots[idx], np.concatenate(env_actions))
+        stats.step_wall_s += time.perf_counter() - t0
+        stats.step_server_s += result.server_s
+        stats.transitions += int(up.sum())  # every slot of an up server holds its place in the row
+        ended = s.apply_step(row, idx, result, np.concatenate(values), recorder, stats)
+        s.round_done[ended] = True
+        s.done_row[ended] = row
+        steps = row - first + 1
+        if s.rule.round_over(ended=ended, live=s.live, done=s.round_done[members], steps=steps):
+            s.round_steps = steps
+            return row
 
 
 def _apply(s: LockstepSampler, recorder: RolloutRecorder, stats: IterationStats, call: _Call, result) -> np.ndarray:

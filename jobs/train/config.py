@@ -40,8 +40,9 @@ class TrainConfig(BaseModel):
     locality_max_repeat: int = Field(8, ge=1)  # clips of one map a server gets in a row while it stays cached
     # Load each slot's next clip while it steps (fast.v1 Prepare; servers without it reset as always).
     prefetch: bool = False
-    # Rounds (sgr, fast): servers that answered step on while the round cannot end; the same batches.
-    pipeline: bool = True
+    # Rounds (sgr, fast): a server that answered steps its next row while the others still step; the
+    # same batches. Off by default (benchmarks/results/broker-overhead/: no gain on 2 shared cores).
+    pipeline: bool = False
     # About 7 minutes on a 2-core CPU with the defaults below (README: the default run).
     iterations: int = Field(350, ge=1)
     seed: int = Field(0, ge=0)  # clip dealing, action sampling, initial weights, evaluation seeds
