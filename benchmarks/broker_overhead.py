@@ -212,6 +212,20 @@ def print_profiles(results: list[dict], where: Path, print=builtins.print) -> No
             )
 
 
+def server_counts(text: str) -> list[int]:
+    counts = [int(x) for x in text.split(",")]  # ValueError: argparse names the flag and the value
+    if min(counts) < 1:
+        raise ValueError(text)
+    return counts
+
+
+def _on_off(text: str) -> list[bool]:
+    words = text.split(",")
+    if not set(words) <= {"on", "off"}:
+        raise argparse.ArgumentTypeError("use on, off or off,on")
+    return [word == "on" for word in words]
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iterations", type=int, default=3)
@@ -220,13 +234,13 @@ if __name__ == "__main__":
     parser.add_argument("--t-max", type=int, default=200)
     parser.add_argument(
         "--servers",
-        type=lambda text: [int(x) for x in text.split(",")],
+        type=server_counts,
         default=[1, 2, 3],
         help="server process counts to spread the slots over (comma list)",
     )
     parser.add_argument(
         "--pipeline",
-        type=lambda text: [{"on": True, "off": False}[x] for x in text.split(",")],
+        type=_on_off,
         default=[False, True],
         help="rounds pipelined across servers or not (broker/samplers/rounds.py): off,on measures both",
     )

@@ -96,7 +96,6 @@ class LockstepSampler:
         self.round_members = np.zeros(n, dtype=bool)  # slots reset at the start of this round
         self.round_done = np.zeros(n, dtype=bool)  # members whose episode ended (or failed) this round
         self.done_row = np.full(n, NOT_DONE, dtype=np.int64)  # the batch row at which each member was done
-        self.round_steps = 0
         # Prefetch: each slot's next clip and seed, dealt ahead and being prepared by its server (-1: none).
         self.next_clip = np.full(n, -1, dtype=np.int64)
         self.next_seed = np.zeros(n, dtype=np.int64)
@@ -188,7 +187,6 @@ class LockstepSampler:
         self.round_members[up[ok]] = True
         self.round_done[:] = False
         self.done_row[:] = NOT_DONE
-        self.round_steps = 0
 
     def _end_round(self, row: int, recorder: RolloutRecorder, stats: IterationStats) -> None:
         """Global truncation: every live episode is cut and bootstrapped."""

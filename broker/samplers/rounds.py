@@ -97,7 +97,7 @@ async def step_round(
 
     def apply(call: _Call, result: PoolStep) -> None:
         server_s[call.row] = max(server_s.get(call.row, 0.0), result.server_s)
-        ended_at.setdefault(call.row, []).append(_apply(s, recorder, stats, call, result))
+        ended_at.setdefault(call.row, []).append(_apply(s, recorder, stats, call.row, call.acting, result, call.values))
 
     def judge(row: int) -> bool:
         """Is the round over after `row`?"""
@@ -134,7 +134,6 @@ async def step_round(
             while decided + 1 < recorder.num_rows and row_complete(decided + 1):
                 if judge(decided + 1):
                     await throw_away_speculation()
-                    s.round_steps = decided + 1 - first + 1
                     return decided + 1
                 decided += 1
                 for call in sorted(held, key=lambda c: c.group):
@@ -144,7 +143,6 @@ async def step_round(
                 if may_start(g):
                     start(g, next_row[g])
             if not in_flight:  # nothing acts any more and the rule did not end the round: end it here
-                s.round_steps = recorder.num_rows - first
                 return recorder.num_rows - 1
             t0 = time.perf_counter()
             done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
@@ -172,7 +170,6 @@ async def _lockstep_round(
         up = s._up()
         acting = s.live & up
         if not acting.any():
-            s.round_steps = recorder.num_rows - first
             return recorder.num_rows - 1
         row = recorder.new_row()
         parts, values, env_actions = [], [], []
@@ -192,18 +189,14 @@ async def _lockstep_round(
         stats.step_wall_s += time.perf_counter() - t0
         stats.step_server_s += result.server_s
         stats.transitions += int(up.sum())  # every slot of an up server holds its place in the row
-        ended = s.apply_step(row, idx, result, np.concatenate(values), recorder, stats)
-        s.round_done[ended] = True
-        s.done_row[ended] = row
-        steps = row - first + 1
-        if s.rule.round_over(ended=ended, live=s.live, done=s.round_done[members], steps=steps):
-            s.round_steps = steps
+        ended = _apply(s, recorder, stats, row, idx, result, np.concatenate(values))
+        if s.rule.round_over(ended=ended, live=s.live, done=s.round_done[members], steps=row - first + 1):
             return row
 
 
-def _apply(s: LockstepSampler, recorder: RolloutRecorder, stats: IterationStats, call: _Call, result) -> np.ndarray:
-    """One group's answer for one row into the batch and the slots' state; the slots whose episode ended."""
-    ended = s.apply_step(call.row, call.acting, result, call.values, recorder, stats)
+def _apply(s: LockstepSampler, recorder: RolloutRecorder, stats: IterationStats, row, idx, result, values):
+    """A Step answer for slots `idx` at `row` into the batch and the round's state; the slots whose episode ended."""
+    ended = s.apply_step(row, idx, result, values, recorder, stats)
     s.round_done[ended] = True
-    s.done_row[ended] = call.row
+    s.done_row[ended] = row
     return ended
