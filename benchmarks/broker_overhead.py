@@ -1,6 +1,7 @@
 """Framework overhead of the broker: effective throughput against the ideal slots / step latency.
 
     python benchmarks/broker_overhead.py [--iterations 3] [--samples 3000] [--servers 1,2,3] [--profile]
+        [--pipeline off,on] [--transport grpc,local]
 
 Takeover workload with only the step latency on (preset `step-only`: 1.6 ms a step, resets
 free), `fast` mode, a freshly initialised policy, 10 and 30 slots over 2 and 3 simulator
@@ -8,6 +9,9 @@ server processes. The ideal is what the slots would do if nothing but the simula
 took time: slots / step latency, with the latency the servers really measured (compute plus
 emulated wait, reported per call). Prints, per configuration, the raw and effective throughput
 as fractions of the ideal and where each lock-step step's time went (medians over iterations).
+Each configuration measures every combination of `--pipeline` (rounds pipelined across servers or
+not) and `--transport` (steps over gRPC StepStream, or over the servers' local step sockets,
+sim_server/local_step.py) on the same server processes, their iterations interleaved.
 
 With --profile, one more iteration per configuration runs under py-spy (jobs/bench/hot_path.py),
 attached to this process (the broker's sampler, pool and inference run here) and to the first
@@ -46,9 +50,9 @@ from jobs.processes import start_service  # noqa: E402
 
 async def measure(
     slots: int, servers: int, pipelines: list[bool], iterations: int, samples: int, alpha: float, t_max: int,
-    profile: Path | None, step_latency_s: float | None = None,
+    profile: Path | None, step_latency_s: float | None = None, transports: tuple[str, ...] = ("grpc",),
 ) -> list[dict]:  # fmt: skip
-    """One row per pipeline setting, measured on the same server processes, iterations interleaved."""
+    """One row per (pipeline, transport), measured on the same server processes, iterations interleaved."""
     latency_args = ["--step-latency-s", repr(step_latency_s)] if step_latency_s is not None else []
     per_server = slots // servers
     sizes = [per_server + (1 if i < slots % servers else 0) for i in range(servers)]
@@ -59,34 +63,41 @@ async def measure(
         )
         for i, k in enumerate(sizes)
     ]
+    pools = {}
     try:
-        pool = SimulatorPool()
-        for p in procs:
-            await pool.add(p.address)
+        for transport in transports:
+            pools[transport] = SimulatorPool(use_local_step=transport == "local")
+            for p in procs:
+                await pools[transport].add(p.address)
         samplers = {}
-        for pipeline in pipelines:
-            runner = PolicyRunner(pool.observation_space, pool.action_space, (64, 64), seed=0)
-            dealer = ClipDealer(pool.num_clips, holdout_every=HOLDOUT_EVERY, seed=0)
-            samplers[pipeline] = make_sampler(
-                "fast", pool, runner, dealer, samples_per_iteration=samples, alpha=alpha, t_max=t_max,
-                pipeline=pipeline,
-            )  # fmt: skip
-            await samplers[pipeline].sample()  # warm-up
-        rows: dict[bool, list[dict]] = {p: [] for p in pipelines}
+        for transport, pool in pools.items():
+            for pipeline in pipelines:
+                runner = PolicyRunner(pool.observation_space, pool.action_space, (64, 64), seed=0)
+                dealer = ClipDealer(pool.num_clips, holdout_every=HOLDOUT_EVERY, seed=0)
+                samplers[pipeline, transport] = make_sampler(
+                    "fast", pool, runner, dealer, samples_per_iteration=samples, alpha=alpha, t_max=t_max,
+                    pipeline=pipeline,
+                )  # fmt: skip
+                await samplers[pipeline, transport].sample()  # warm-up
+        rows: dict[tuple, list[dict]] = {variant: [] for variant in samplers}
         for _ in range(iterations):
-            for pipeline, sampler in samplers.items():
+            for variant, sampler in samplers.items():
                 batch, stats = await sampler.sample()
-                rows[pipeline].append(_row(slots, batch, stats))
+                rows[variant].append(_row(slots, batch, stats))
         profiled = {}
         if profile:
-            for pipeline, sampler in samplers.items():
-                where = profile / f"{slots}x{servers}{'-pipelined' if pipeline else ''}"
-                profiled[pipeline] = await _profile(sampler, os.getpid(), procs[0].pid, where)
-        await pool.close()
+            for (pipeline, transport), sampler in samplers.items():
+                where = profile / f"{slots}x{servers}{'-pipelined' if pipeline else ''}-{transport}"
+                profiled[pipeline, transport] = await _profile(sampler, os.getpid(), procs[0].pid, where)
     finally:
+        for pool in pools.values():
+            await pool.close()
         for p in procs:
             p.stop()
-    return [_summary(slots, servers, pipeline, rows[pipeline], profiled.get(pipeline)) for pipeline in pipelines]
+    return [
+        _summary(slots, servers, pipeline, transport, rows[pipeline, transport], profiled.get((pipeline, transport)))
+        for pipeline, transport in samplers
+    ]
 
 
 def _row(slots: int, batch: dict, stats) -> dict:
@@ -105,13 +116,14 @@ def _row(slots: int, batch: dict, stats) -> dict:
     }
 
 
-def _summary(slots: int, servers: int, pipeline: bool, rows: list[dict], profiled: dict | None) -> dict:
+def _summary(slots: int, servers: int, pipeline: bool, transport: str, rows: list[dict], profiled: dict | None) -> dict:
     med = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
     split = {k: statistics.median(r["per_step_ms"][k] for r in rows) for k in rows[0]["per_step_ms"]}
     return {
         "slots": slots,
         "servers": servers,
         "pipeline": pipeline,
+        "transport": transport,
         **{key: med(key) for key in ("latency_ms", "ideal", "raw", "effective", "validity", "step_ms", "ahead")},
         "split": split,
         "profile": profiled,
@@ -150,7 +162,7 @@ async def main(args: argparse.Namespace) -> None:
         for servers in args.servers:
             results += await measure(
                 slots, servers, args.pipeline, args.iterations, args.samples, args.alpha, args.t_max, profile,
-                args.step_latency_s,
+                args.step_latency_s, args.transport,
             )  # fmt: skip
     out = io.StringIO()
     print = functools.partial(builtins.print, file=_Tee(out))  # noqa: A001  (the report also goes to --out)
@@ -160,14 +172,15 @@ async def main(args: argparse.Namespace) -> None:
         f"{args.samples} valid samples/iteration, medians of {args.iterations} iterations"
     )
     print(
-        f"{'slots':>5} {'servers':>7} {'pipelined':>9} {'latency ms':>10} {'ideal/s':>9} {'raw/s':>8} "
+        f"{'slots':>5} {'servers':>7} {'pipelined':>9} {'transport':>9} {'latency ms':>10} {'ideal/s':>9} {'raw/s':>8} "
         f"{'raw/ideal':>9} {'eff/s':>8} {'eff/ideal':>9} {'eta':>5} {'step ms':>7} {'ahead':>5}  "
         "per-step split ms (stepping inference transport waiting resetting)"
     )
     for r in results:
         sp = r["split"]
         print(
-            f"{r['slots']:>5} {r['servers']:>7} {'yes' if r['pipeline'] else 'no':>9} {r['latency_ms']:>10.2f} "
+            f"{r['slots']:>5} {r['servers']:>7} {'yes' if r['pipeline'] else 'no':>9} {r['transport']:>9} "
+            f"{r['latency_ms']:>10.2f} "
             f"{r['ideal']:>9.0f} {r['raw']:>8.0f} {r['raw'] / r['ideal']:>9.3f} {r['effective']:>8.0f} "
             f"{r['effective'] / r['ideal']:>9.3f} {r['validity']:>5.2f} {r['step_ms']:>7.2f} {r['ahead']:>5.2f}  "
             f"{sp['stepping']:.2f} {sp['inference']:.2f} {sp['transport']:.2f} "
@@ -200,14 +213,15 @@ def print_profiles(results: list[dict], where: Path, print=builtins.print) -> No
         f"each; raw samples in {where})"
     )
     print(
-        f"{'slots':>5} {'servers':>7} {'pipelined':>9} {'process':>7} {'step ms':>7} "
+        f"{'slots':>5} {'servers':>7} {'pipelined':>9} {'transport':>9} {'process':>7} {'step ms':>7} "
         + " ".join(f"{k:>13}" for k in kinds)
     )
     for r in results:
         p = r["profile"]
         for name in ("broker", "server"):
             print(
-                f"{r['slots']:>5} {r['servers']:>7} {'yes' if r['pipeline'] else 'no':>9} {name:>7} "
+                f"{r['slots']:>5} {r['servers']:>7} {'yes' if r['pipeline'] else 'no':>9} {r['transport']:>9} "
+                f"{name:>7} "
                 f"{p['step_ms']:>7.2f} " + " ".join(f"{p[name][k]:>13.2f}" for k in kinds)
             )
 
@@ -217,6 +231,13 @@ def server_counts(text: str) -> list[int]:
     if min(counts) < 1:
         raise ValueError(text)
     return counts
+
+
+def transports(text: str) -> tuple[str, ...]:
+    words = tuple(text.split(","))
+    if not words or not set(words) <= {"grpc", "local"}:
+        raise argparse.ArgumentTypeError("use grpc, local or grpc,local")
+    return words
 
 
 def _on_off(text: str) -> list[bool]:
@@ -243,6 +264,12 @@ if __name__ == "__main__":
         type=_on_off,
         default=[False, True],
         help="rounds pipelined across servers or not (broker/samplers/rounds.py): off,on measures both",
+    )
+    parser.add_argument(
+        "--transport",
+        type=transports,
+        default=("grpc", "local"),
+        help="how the broker steps the servers: gRPC StepStream, their local step sockets, or both (grpc,local)",
     )
     parser.add_argument(
         "--step-latency-s", type=float, default=None, help="the servers' emulated step latency (default: 1.6 ms)"

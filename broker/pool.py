@@ -43,7 +43,7 @@ from fast.rpc import Credentials
 from fast.spaces import SpaceSpec, space_mismatch
 from fast.tensor import TensorError
 from fast.v1 import simulator_pb2 as pb
-from sim_server.client import ServerDescription, SimulatorClient, StepStream
+from sim_server.client import LocalStepStream, ServerDescription, SimulatorClient, StepStream
 
 log = logging.getLogger("fast.broker.pool")
 
@@ -123,7 +123,7 @@ class ServerHandle:
     last_error: str = ""
     retry_at: float = 0.0
     backoff_s: float = 0.0
-    stream: StepStream | None = None
+    stream: StepStream | LocalStepStream | None = None
     bad_answers: int = 0  # bad answers since its last good Step answer
     dropped: bool = False  # too many bad answers: never re-admitted in this run
     readmitting: bool = False  # a readmission attempt is in flight
@@ -135,6 +135,11 @@ class ServerHandle:
     batched_reset: bool = True
     cost_model: pb.CostModel | None = None  # the emulated costs its Describe reported
     prefetch: bool = False  # Prepare is served (Capabilities.prefetch)
+    # Its local step socket (Capabilities.local_step_socket), "" when it has none or it could not be
+    # opened from here; its stream then runs over gRPC.
+    local_step_socket: str = ""
+    # Idle connections to that socket for unary callers (VER steps a server with several calls at once).
+    local_spare: list[LocalStepStream] = field(default_factory=list)
 
 
 @dataclass
@@ -191,6 +196,7 @@ class SimulatorPool:
         timeouts: PoolTimeouts | None = None,
         *,
         use_stream: bool = True,
+        use_local_step: bool = True,
         credentials: Credentials | None = None,
         max_bad_answers: int = 5,
     ) -> None:
@@ -199,6 +205,8 @@ class SimulatorPool:
         # What every call to a simulator carries: the run token (the environment's when None), TLS.
         self.credentials = credentials or Credentials.from_env()
         self.use_stream = use_stream
+        # Step a server on this machine over its local step socket when it has one (sim_server/local_step.py).
+        self.use_local_step = use_local_step
         self.servers: list[ServerHandle] = []
         self.observation_space: SpaceSpec | None = None
         self.action_space: SpaceSpec | None = None
@@ -274,9 +282,7 @@ class SimulatorPool:
 
     def _mark_down(self, server: ServerHandle, why: str) -> bool:
         """The server failed a call: down, retried with backoff. False if it was down already."""
-        if server.stream is not None:
-            server.stream.cancel()
-            server.stream = None
+        _drop_streams(server)
         if not server.up:
             return False
         server.up = False
@@ -376,6 +382,8 @@ class SimulatorPool:
         groups = self._by_server(slots)
 
         def request(server: ServerHandle, local: np.ndarray, actions: np.ndarray) -> Awaitable:
+            if self.use_local_step and server.local_step_socket:
+                return self._local_step(server, local, actions, unary=not self.steps_by_stream(server, unary=unary))
             if self.steps_by_stream(server, unary=unary):
                 if server.stream is None:
                     server.stream = server.client.step_stream()
@@ -435,6 +443,46 @@ class SimulatorPool:
         groups = self._by_server(slots)
         serving = [s for s in groups if self.servers[s].up and self.servers[s].prefetch]
         await asyncio.gather(*(call(self.servers[s], groups[s]) for s in serving))
+
+    async def _local_step(self, server: ServerHandle, local: np.ndarray, actions: np.ndarray, *, unary: bool):
+        """Step over the server's local step socket: on its one stream (lock-step callers) or on a
+        spare connection of its own (unary callers, several calls at once). A socket that does not
+        open from here (another machine, or gone) is given up for good: gRPC serves the same exchange."""
+        if not unary and server.stream is not None:
+            return await server.stream.step(local, actions)
+        stream = server.local_spare.pop() if unary and server.local_spare else None
+        if stream is None:
+            try:
+                stream = await server.client.local_step_stream(server.local_step_socket)
+            except OSError as exc:
+                log.info(
+                    "simulator %s: its local step socket does not open from here (%s); stepping over gRPC",
+                    server.address,
+                    type(exc).__name__,
+                )
+                server.local_step_socket = ""
+                if unary:
+                    return await server.client.step(local, actions, timeout_s=self.timeouts.step_s)
+                server.stream = server.client.step_stream()
+                return await server.stream.step(local, actions)
+            if not unary:
+                server.stream = stream
+        if not unary:
+            return await stream.step(local, actions)
+        try:
+            reply = await stream.step(local, actions)
+        except BaseException:  # a fault, or the caller's timeout: this connection's state is unknown
+            stream.cancel()
+            raise
+        server.local_spare.append(stream)
+        return reply
+
+    def step_transport(self, server: ServerHandle, *, unary: bool = False) -> str:
+        """How `step` reaches the server: "local socket", "grpc stream" or "grpc unary" (status only;
+        before its first step a server with a socket reads "local socket", as it will be tried)."""
+        if self.use_local_step and server.local_step_socket:
+            return "local socket"
+        return "grpc stream" if self.steps_by_stream(server, unary=unary) else "grpc unary"
 
     def steps_by_stream(self, server: ServerHandle, *, unary: bool = False) -> bool:
         """Whether `step` uses the server's StepStream: the pool streams, the caller allows it (not
@@ -538,9 +586,7 @@ class SimulatorPool:
             raise KeyError(address)
         self.servers.remove(server)
         self._renumber()
-        if server.stream is not None:
-            server.stream.cancel()
-            server.stream = None
+        _drop_streams(server)
         await server.client.close()
         return server
 
@@ -559,8 +605,7 @@ class SimulatorPool:
 
     async def close(self) -> None:
         for server in self.servers:
-            if server.stream is not None:
-                server.stream.cancel()
+            _drop_streams(server)
             await server.client.close()
 
 
@@ -580,6 +625,17 @@ def _take_capabilities(server: ServerHandle, desc: ServerDescription, *, first: 
     server.streaming_step, server.batched_reset = desc.streaming_step, desc.batched_reset
     server.cost_model = desc.cost_model
     server.prefetch = desc.prefetch
+    server.local_step_socket = desc.local_step_socket
+
+
+def _drop_streams(server: ServerHandle) -> None:
+    """Abandon the server's step stream and spare local connections (their state is unknown after a fault)."""
+    if server.stream is not None:
+        server.stream.cancel()
+        server.stream = None
+    for stream in server.local_spare:
+        stream.cancel()
+    server.local_spare.clear()
 
 
 def moving_average(previous: float, sample: float, weight: float = LATENCY_EMA_WEIGHT) -> float:

@@ -101,6 +101,7 @@ class BrokerRun:
             ),
             credentials=credentials,
             max_bad_answers=config.max_bad_answers,
+            use_local_step=config.local_step,
         )
         self.runner: PolicyRunner | None = None
         self.learner = LearnerClient(

@@ -176,4 +176,5 @@ def _simulator_status(server: ServerHandle, pool: SimulatorPool, mode: str) -> p
         draining=server.draining,
         step_stream=pool.steps_by_stream(server, unary=not stream),
         batched_reset=pool.resets_batched(server, batched=batched),
+        step_transport=pool.step_transport(server, unary=not stream),
     )

@@ -113,6 +113,7 @@ class Simulator(_Answer):
     # Defaults for a broker too old to say.
     step_stream: bool = False
     batched_reset: bool = False
+    step_transport: str = ""  # "local socket", "grpc stream" or "grpc unary"; "" from a broker too old to say
 
 
 class Hyperparameters(_Answer):

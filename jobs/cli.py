@@ -118,6 +118,19 @@ def sim_server(
     no_prefetch: Annotated[
         bool, typer.Option("--no-prefetch", help="Emulate a server without Prepare (advertised false, refused).")
     ] = False,
+    no_local_step: Annotated[
+        bool,
+        typer.Option(
+            "--no-local-step",
+            help="Serve Step over gRPC only, without the Unix socket a broker on this machine may step over.",
+        ),
+    ] = False,
+    local_step_dir: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Where the local step socket's private directory is made. \\[default: the system's temp dir]"
+        ),
+    ] = None,
     config: ConfigFile = None,
 ) -> None:
     """Serve a simulator (the built-in takeover workload or a Gymnasium env) over gRPC.
@@ -147,6 +160,8 @@ def sim_server(
         step_stream=False if no_step_stream else None,
         batched_reset=False if no_batched_reset else None,
         prefetch=False if no_prefetch else None,
+        local_step=False if no_local_step else None,
+        local_step_dir=local_step_dir,
     )
     _serve(SimServerConfig, ENV_PREFIX, serve, config, overrides)
 

@@ -10,12 +10,14 @@ errors surface as grpc.aio.AioRpcError.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 
 import grpc
 import numpy as np
+from google.protobuf.message import DecodeError
 
-from fast import tensor
+from fast import frames, tensor
 from fast.rpc import Credentials, RpcClient
 from fast.spaces import SpaceSpec, space_from_proto
 from fast.v1 import simulator_pb2 as pb
@@ -35,6 +37,7 @@ class ServerDescription:
     batched_reset: bool = True
     streaming_step: bool = True
     prefetch: bool = False  # Prepare is served
+    local_step_socket: str = ""  # a Unix socket on the server's machine that serves Step too ("": none)
     # The map of each clip ([num_clips] int64), or empty when the server does not say.
     clip_map_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
@@ -95,8 +98,11 @@ class SimulatorClient(RpcClient):
         max_message_bytes: int = 64 << 20,
         credentials: Credentials | None = None,
     ) -> None:
+        credentials = credentials or Credentials.from_env()
         super().__init__(address, max_message_bytes=max_message_bytes, credentials=credentials)
         self.timeout_s = timeout_s
+        self.max_message_bytes = max_message_bytes
+        self._token = credentials.token
         self._stub = self.stub(pb_grpc.SimulatorStub)
 
     async def describe(self) -> ServerDescription:
@@ -112,6 +118,7 @@ class SimulatorClient(RpcClient):
             batched_reset=r.capabilities.batched_reset,
             streaming_step=r.capabilities.streaming_step,
             prefetch=r.capabilities.prefetch,
+            local_step_socket=r.capabilities.local_step_socket,
             clip_map_ids=np.asarray(r.clip_map_ids, dtype=np.int64),
         )
 
@@ -144,6 +151,11 @@ class SimulatorClient(RpcClient):
 
     def step_stream(self) -> "StepStream":
         return StepStream(self._stub.StepStream(timeout=None))
+
+    async def local_step_stream(self, path: str) -> "LocalStepStream":
+        """StepStream's exchange on the server's local step socket at `path` (its Describe names it);
+        OSError when it cannot be opened from here (another machine), AioRpcError when refused."""
+        return await LocalStepStream.open(path, self._token, max_message_bytes=self.max_message_bytes)
 
 
 class StepStream:
@@ -190,3 +202,74 @@ class StepStream:
     def cancel(self) -> None:
         """Abandon the stream (after a timeout its state is unknown); the server sees CANCELLED."""
         self._call.cancel()
+
+
+def _status(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)
+
+
+class LocalStepStream:
+    """StepStream's exchange over the server's local step socket (sim_server/local_step.py): the
+    same messages, one request in flight, answered in order; what ends it raises the AioRpcError a
+    StepStream would have ended with (the server's error frame: its status; a closed socket:
+    UNAVAILABLE). Opening it raises OSError where the socket is not reachable from here."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_message_bytes: int) -> None:
+        self._reader, self._writer = reader, writer
+        self._max = max_message_bytes
+        self._next_id = 0
+
+    @classmethod
+    async def open(cls, path: str, token: str, *, max_message_bytes: int) -> "LocalStepStream":
+        reader, writer = await asyncio.open_unix_connection(path, limit=1 << 16)
+        stream = cls(reader, writer, max_message_bytes)
+        try:
+            writer.write(frames.encode(frames.HELLO, token.encode()))
+            await stream._expect(frames.READY)
+        except BaseException:
+            stream.cancel()
+            raise
+        return stream
+
+    async def step(self, slot_ids, actions: np.ndarray) -> StepReply:
+        self._next_id += 1
+        request = pb.StepRequest(
+            slot_ids=list(map(int, slot_ids)), actions=tensor.to_proto(actions), request_id=self._next_id
+        )
+        self._writer.write(frames.encode(frames.STEP, request.SerializeToString()))
+        payload = await self._expect(frames.ANSWER)
+        try:
+            response = pb.StepResponse.FromString(payload)
+        except DecodeError:
+            raise _status(
+                grpc.StatusCode.INTERNAL, "the local step socket answered with something not a StepResponse"
+            ) from None
+        return step_reply(response, sent_request_id=self._next_id)
+
+    async def _expect(self, kind: int) -> bytes:
+        try:
+            got, payload = await frames.read_frame(self._reader, self._max)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            # What a StepStream ends with when its server goes away.
+            raise _status(grpc.StatusCode.UNAVAILABLE, "the local step socket closed before answering") from None
+        except frames.FrameError as exc:
+            raise _status(grpc.StatusCode.INTERNAL, f"the local step socket sent a bad frame: {exc}") from None
+        if got == frames.ERROR:
+            code_value, message = frames.decode_error(payload)
+            raise _status(
+                next((c for c in grpc.StatusCode if c.value[0] == code_value), grpc.StatusCode.UNKNOWN), message
+            )
+        if got != kind:
+            raise _status(
+                grpc.StatusCode.INTERNAL, f"the local step socket sent a frame of kind {got} where {kind} was due"
+            )
+        return payload
+
+    async def close(self) -> None:
+        self._writer.close()
+        with contextlib.suppress(Exception):
+            await self._writer.wait_closed()
+
+    def cancel(self) -> None:
+        """Abandon the exchange (after a timeout its state is unknown): the server sees the socket close."""
+        self._writer.close()

@@ -35,6 +35,10 @@ class SimServerConfig(TlsSettings):  # tls_cert, tls_key, tls_ca, tls_server_nam
     step_stream: bool = True
     batched_reset: bool = True
     prefetch: bool = True  # Prepare (background loads of slots' next clips)
+    # Also serve Step on a Unix socket for a broker on this machine (sim_server/local_step.py), in a
+    # private directory made under `local_step_dir` (None: the system's temporary directory).
+    local_step: bool = True
+    local_step_dir: str | None = None
 
     def cost_model(self) -> CostModelConfig:
         return cost_model_config(

@@ -8,9 +8,13 @@ token required on every call but health and reflection, and returns it with the 
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+
 import grpc
 from grpc_health.v1 import health
 
+from fast import auth
 from fast.lifecycle import run_until_signal
 from fast.rpc import display_address, start_server
 from fast.tls import TlsFiles
@@ -19,10 +23,21 @@ from fast.v1 import simulator_pb2_grpc as pb_grpc
 from sim_server.config import SimServerConfig
 from sim_server.cost_model import CostModel
 from sim_server.environments import make_env
+from sim_server.local_step import LocalStepSocket
 from sim_server.servicer import SimulatorServicer
 from sim_server.simulator import Simulator
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Simulator"].full_name
+log = logging.getLogger("fast.sim_server")
+
+
+@dataclass
+class LocalStepOptions:
+    """Where to bind the local step socket (None: the system's temporary directory), and, once
+    `create_server` started it, the socket (None when it could not bind)."""
+
+    directory: str | None = None
+    socket: LocalStepSocket | None = None
 
 
 def build_simulator(config: SimServerConfig) -> Simulator:
@@ -48,12 +63,23 @@ async def create_server(
     step_stream: bool = True,
     batched_reset: bool = True,
     prefetch: bool = True,
+    local_step: LocalStepOptions | None = None,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """`token`: the run token every call must carry (None: the environment's, fast/auth.py).
-    `step_stream`, `batched_reset`, `prefetch`: the Capabilities it has (SimServerConfig)."""
+    `step_stream`, `batched_reset`, `prefetch`: the Capabilities it has (SimServerConfig).
+    `local_step`: also serve Step on a local Unix socket (sim_server/local_step.py); the caller
+    closes it (`local_step.socket.close()`) after the server stops."""
     servicer = SimulatorServicer(
         simulator, env_id, step_stream=step_stream, batched_reset=batched_reset, prefetch=prefetch
     )
+    token = token if token is not None else auth.run_token()
+    if local_step is not None and step_stream:
+        local_step.socket = LocalStepSocket(servicer, token, max_message_bytes=max_message_bytes)
+        try:
+            await local_step.socket.start(local_step.directory)
+        except OSError as exc:  # e.g. a read-only /tmp: gRPC alone serves, as for any server without one
+            log.warning("no local step socket (%s); stepping is served over gRPC only", exc)
+            local_step.socket = None
     return await start_server(
         address,
         SERVICE_NAME,
@@ -67,6 +93,7 @@ async def create_server(
 async def serve(config: SimServerConfig) -> None:
     simulator = build_simulator(config)
     address = f"{config.host}:{config.port}"
+    local_step = LocalStepOptions(config.local_step_dir) if config.local_step else None
     server, port, health_servicer = await create_server(
         simulator,
         address,
@@ -76,6 +103,7 @@ async def serve(config: SimServerConfig) -> None:
         step_stream=config.step_stream,
         batched_reset=config.batched_reset,
         prefetch=config.prefetch,
+        local_step=local_step,
     )
     describe_workers = getattr(simulator.env, "describe_workers", None)
     if describe_workers is not None:  # --processes: which worker holds which slots
@@ -87,7 +115,11 @@ async def serve(config: SimServerConfig) -> None:
         flush=True,
     )
 
-    await run_until_signal("fast sim-server", server, health_servicer, config.grace_s)
+    try:
+        await run_until_signal("fast sim-server", server, health_servicer, config.grace_s)
+    finally:
+        if local_step is not None and local_step.socket is not None:
+            await local_step.socket.close()
     close = getattr(simulator.env, "close", None)
     if close is not None:
         close()

@@ -45,6 +45,15 @@ def _timing_to_proto(timing: CallTiming) -> pb.ServerTiming:
     )
 
 
+def status_of(exc: SimError | tensor.TensorError | asyncio.TimeoutError) -> tuple[grpc.StatusCode, str]:
+    """The status and message a domain error answers with, on gRPC and on the local step socket."""
+    if isinstance(exc, SimError):
+        return _STATUS[exc.kind], exc.message
+    if isinstance(exc, tensor.TensorError):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    return grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed before it finished; no slot was changed"
+
+
 def _ids(values) -> np.ndarray:
     return np.fromiter(values, dtype=np.int64, count=len(values))
 
@@ -69,6 +78,8 @@ class SimulatorServicer(pb_grpc.SimulatorServicer):
         self.step_stream = step_stream
         self.batched_reset = batched_reset
         self.prefetch = prefetch
+        # The local step socket's path once one serves this servicer (sim_server/local_step.py), else "".
+        self.local_step_socket = ""
         env = simulator.env
         # Which map each clip plays on, for the broker's map-locality dealing; omitted for a catalog
         # too large to list in one Describe.
@@ -81,14 +92,8 @@ class SimulatorServicer(pb_grpc.SimulatorServicer):
         try:
             remaining = context.time_remaining() if cancel_at_deadline else None
             return await (asyncio.wait_for(call, timeout=remaining) if remaining is not None else call)
-        except SimError as exc:
-            await context.abort(_STATUS[exc.kind], exc.message)
-        except tensor.TensorError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except asyncio.TimeoutError:
-            await context.abort(
-                grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed before it finished; no slot was changed"
-            )
+        except (SimError, tensor.TensorError, asyncio.TimeoutError) as exc:
+            await context.abort(*status_of(exc))
         raise AssertionError("unreachable: context.abort raises")
 
     async def Describe(self, request: pb.DescribeRequest, context) -> pb.DescribeResponse:
@@ -105,6 +110,7 @@ class SimulatorServicer(pb_grpc.SimulatorServicer):
                 streaming_step=self.step_stream,
                 prefetch=self.prefetch,
                 cost_model=pb.CostModel(**cost.model_dump()),
+                local_step_socket=self.local_step_socket,
             ),
             server_version=fast.__version__,
             api_version=fast.API_VERSION,
@@ -137,7 +143,9 @@ class SimulatorServicer(pb_grpc.SimulatorServicer):
         await self._run(self.sim.prepare(slot_ids, _ids(request.clip_ids), _ids(request.seeds)), context)
         return pb.PrepareResponse(slot_ids=request.slot_ids)
 
-    async def _step(self, request: pb.StepRequest) -> pb.StepResponse:
+    async def step_answer(self, request: pb.StepRequest) -> pb.StepResponse:
+        """Step as the request asks; domain errors raise (`status_of` maps them). Shared by Step,
+        StepStream and the local step socket (sim_server/local_step.py)."""
         slot_ids = _ids(request.slot_ids)
         outcome: StepOutcome = await self.sim.step(slot_ids, tensor.from_proto(request.actions, field="actions"))
         result = outcome.result
@@ -174,7 +182,7 @@ class SimulatorServicer(pb_grpc.SimulatorServicer):
 
     async def Step(self, request: pb.StepRequest, context) -> pb.StepResponse:
         await self._refuse_if_too_late(context)
-        return await self._run(self._step(request), context)
+        return await self._run(self.step_answer(request), context)
 
     async def StepStream(
         self, request_iterator: AsyncIterator[pb.StepRequest], context
@@ -186,4 +194,4 @@ class SimulatorServicer(pb_grpc.SimulatorServicer):
             )
         async for request in request_iterator:
             await self._refuse_if_too_late(context)
-            yield await self._run(self._step(request), context)
+            yield await self._run(self.step_answer(request), context)

@@ -22,6 +22,7 @@ from fast.v1 import broker_pb2, broker_pb2_grpc
 from fast.v1 import simulator_pb2 as sim_pb
 from fast.v1 import simulator_pb2_grpc as sim_grpc
 from jobs.processes import ServiceProcess, start_service
+from sim_server.client import StepStream
 
 SIM_ARGS = ["sim-server", "--slots", "3", "--port", "0"]
 BARE = ["--no-step-stream", "--no-batched-reset"]
@@ -146,8 +147,8 @@ class KillAtStep(SimulatorPool):
     """Before its `at_step`-th Step call: kill the server, and wait until its step stream has
     seen the connection go (the stream is finished before the next request is written)."""
 
-    def __init__(self, timeouts: PoolTimeouts, *, at_step: int, victim: ServiceProcess) -> None:
-        super().__init__(timeouts)
+    def __init__(self, timeouts: PoolTimeouts, *, at_step: int, victim: ServiceProcess, use_local_step: bool) -> None:
+        super().__init__(timeouts, use_local_step=use_local_step)
         self.at_step, self.victim, self.steps = at_step, victim, 0
 
     async def step(self, slots, env_actions, **kw):
@@ -156,20 +157,25 @@ class KillAtStep(SimulatorPool):
             server = self.servers[1]
             self.victim.kill()
             deadline = time.monotonic() + 10
-            while server.stream is not None and not server.stream._call.done():
+            # A gRPC stream sees it asynchronously; a local socket's next read sees it at once.
+            while isinstance(server.stream, StepStream) and not server.stream._call.done():
                 assert time.monotonic() < deadline, "the step stream never saw the server go"
                 await asyncio.sleep(0.01)
         return await super().step(slots, env_actions, **kw)
 
 
-def test_killed_simulator_is_reported_by_its_transport_error() -> None:
+@pytest.mark.parametrize("use_local_step", [False, True], ids=["grpc", "local-socket"])
+def test_killed_simulator_is_reported_by_its_transport_error(use_local_step: bool) -> None:
     a = start_service("sim-a", SIM_ARGS)
     b = start_service("sim-b", SIM_ARGS)
     try:
 
         async def go():
             pool = KillAtStep(
-                PoolTimeouts(step_s=5.0, reset_s=5.0, describe_s=1.0, backoff_initial_s=5.0), at_step=3, victim=b
+                PoolTimeouts(step_s=5.0, reset_s=5.0, describe_s=1.0, backoff_initial_s=5.0),
+                at_step=3,
+                victim=b,
+                use_local_step=use_local_step,
             )
             await pool.add(a.address)
             await pool.add(b.address)

@@ -25,11 +25,17 @@ COSTS = ("--cost-preset", "calibrated", "--map-load-s", "0.004", "--reset-fixed-
 
 
 async def sample_three(
-    addresses: list[str], *, prefetch: bool, mode: str = "fast", alpha: float = 0.5, **settings
+    addresses: list[str],
+    *,
+    prefetch: bool,
+    mode: str = "fast",
+    alpha: float = 0.5,
+    use_local_step: bool = True,
+    **settings,
 ) -> tuple[list, list, SimulatorPool]:
     """Three iterations of `mode` on the servers at `addresses` (batches, stats, the pool, closed);
     `settings` go to make_sampler."""
-    pool = SimulatorPool()
+    pool = SimulatorPool(use_local_step=use_local_step)
     try:
         for address in addresses:
             await pool.add(address)

@@ -37,7 +37,7 @@ CONTROL_ACTION_RESUME: ControlAction
 CONTROL_ACTION_STOP: ControlAction
 
 class SimulatorStatus(_message.Message):
-    __slots__ = ("address", "up", "num_slots", "faults", "readmissions", "last_error", "env_id", "step_latency_s", "reset_latency_s", "draining", "step_stream", "batched_reset")
+    __slots__ = ("address", "up", "num_slots", "faults", "readmissions", "last_error", "env_id", "step_latency_s", "reset_latency_s", "draining", "step_stream", "batched_reset", "step_transport")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     UP_FIELD_NUMBER: _ClassVar[int]
     NUM_SLOTS_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +50,7 @@ class SimulatorStatus(_message.Message):
     DRAINING_FIELD_NUMBER: _ClassVar[int]
     STEP_STREAM_FIELD_NUMBER: _ClassVar[int]
     BATCHED_RESET_FIELD_NUMBER: _ClassVar[int]
+    STEP_TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     address: str
     up: bool
     num_slots: int
@@ -62,7 +63,8 @@ class SimulatorStatus(_message.Message):
     draining: bool
     step_stream: bool
     batched_reset: bool
-    def __init__(self, address: _Optional[str] = ..., up: _Optional[bool] = ..., num_slots: _Optional[int] = ..., faults: _Optional[int] = ..., readmissions: _Optional[int] = ..., last_error: _Optional[str] = ..., env_id: _Optional[str] = ..., step_latency_s: _Optional[float] = ..., reset_latency_s: _Optional[float] = ..., draining: _Optional[bool] = ..., step_stream: _Optional[bool] = ..., batched_reset: _Optional[bool] = ...) -> None: ...
+    step_transport: str
+    def __init__(self, address: _Optional[str] = ..., up: _Optional[bool] = ..., num_slots: _Optional[int] = ..., faults: _Optional[int] = ..., readmissions: _Optional[int] = ..., last_error: _Optional[str] = ..., env_id: _Optional[str] = ..., step_latency_s: _Optional[float] = ..., reset_latency_s: _Optional[float] = ..., draining: _Optional[bool] = ..., step_stream: _Optional[bool] = ..., batched_reset: _Optional[bool] = ..., step_transport: _Optional[str] = ...) -> None: ...
 
 class RunSettings(_message.Message):
     __slots__ = ("alpha", "t_max", "samples_per_iteration")

@@ -30,16 +30,18 @@ class CostModel(_message.Message):
     def __init__(self, preset: _Optional[str] = ..., step_latency_s: _Optional[float] = ..., reset_fixed_s: _Optional[float] = ..., reset_fixed_exclusive: _Optional[bool] = ..., map_load_s: _Optional[float] = ..., map_load_cached_s: _Optional[float] = ..., map_load_shared: _Optional[bool] = ..., map_cache_size: _Optional[int] = ..., prefetch_step_penalty: _Optional[float] = ...) -> None: ...
 
 class Capabilities(_message.Message):
-    __slots__ = ("batched_reset", "streaming_step", "cost_model", "prefetch")
+    __slots__ = ("batched_reset", "streaming_step", "cost_model", "prefetch", "local_step_socket")
     BATCHED_RESET_FIELD_NUMBER: _ClassVar[int]
     STREAMING_STEP_FIELD_NUMBER: _ClassVar[int]
     COST_MODEL_FIELD_NUMBER: _ClassVar[int]
     PREFETCH_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_STEP_SOCKET_FIELD_NUMBER: _ClassVar[int]
     batched_reset: bool
     streaming_step: bool
     cost_model: CostModel
     prefetch: bool
-    def __init__(self, batched_reset: _Optional[bool] = ..., streaming_step: _Optional[bool] = ..., cost_model: _Optional[_Union[CostModel, _Mapping]] = ..., prefetch: _Optional[bool] = ...) -> None: ...
+    local_step_socket: str
+    def __init__(self, batched_reset: _Optional[bool] = ..., streaming_step: _Optional[bool] = ..., cost_model: _Optional[_Union[CostModel, _Mapping]] = ..., prefetch: _Optional[bool] = ..., local_step_socket: _Optional[str] = ...) -> None: ...
 
 class ServerTiming(_message.Message):
     __slots__ = ("compute_s", "emulated_s", "queued_s", "map_loads", "map_cache_hits", "prepared")

@@ -43,6 +43,9 @@ class TrainConfig(BaseModel):
     # Rounds (sgr, fast): a server that answered steps its next row while the others still step; the
     # same batches. Off by default (benchmarks/results/broker-overhead/: no gain on 2 shared cores).
     pipeline: bool = False
+    # The broker steps the servers it started over their local step sockets (sim_server/local_step.py)
+    # rather than gRPC: the same messages, a fraction of the per-call cost. Remote servers use gRPC.
+    local_step: bool = True
     # About 7 minutes on a 2-core CPU with the defaults below (README: the default run).
     iterations: int = Field(350, ge=1)
     seed: int = Field(0, ge=0)  # clip dealing, action sampling, initial weights, evaluation seeds

@@ -228,6 +228,7 @@ class TrainingRun:
                 "FAST_BROKER_LOCALITY_MAX_REPEAT": str(cfg.locality_max_repeat),
                 "FAST_BROKER_PREFETCH": str(cfg.prefetch).lower(),
                 "FAST_BROKER_PIPELINE": str(cfg.pipeline).lower(),
+                "FAST_BROKER_LOCAL_STEP": str(cfg.local_step).lower(),
             },
         )
         self.addresses["broker"] = processes.wait_listening(self.broker, deadline, stopping).address
