@@ -78,5 +78,7 @@ class IterationStats:
             "slot_resets_per_1k_valid": 1000.0 * self.slot_resets / max(self.valid, 1),
             "reset_calls": self.reset_calls,
             "faults": self.faults,
+            "steps_ahead": self.steps_ahead,
+            "steps_discarded": self.steps_discarded,
             "closed_loop": {k: float(np.mean(v)) for k, v in sorted(self.closed_loop.items())},
         }

@@ -92,6 +92,8 @@ class IterationMetrics(_Answer):
     slot_resets_per_1k_valid: float | None
     reset_calls: int
     faults: int
+    steps_ahead: int = 0
+    steps_discarded: int = 0
     closed_loop: dict[str, float | None]
     learner: UpdateStats | None
     settings: RunSettings | None

@@ -23,6 +23,7 @@ def _metrics(iteration: int = 3, *, episodes: bool = True) -> dict:
     """A metrics line as BrokerRun builds it, through the same summary and a JSON round trip."""
     stats = IterationStats("fast", 4, wall_s=0.5, inference_s=0.1, step_wall_s=0.3, step_server_s=0.2)
     stats.reset_wall_s, stats.transitions, stats.valid, stats.global_resets, stats.faults = 0.05, 40, 30, 2, 1
+    stats.steps_ahead, stats.steps_discarded = 5, 2  # pipelined rounds' speculative steps
     if episodes:
         summary = simulator_pb2.EpisodeSummary(episode_return=12.5, metrics={"collisions": 1.0, "length": 7})
         stats.record_episode(7, "terminated", summary)
@@ -75,6 +76,7 @@ def test_metrics_round_trip_through_iteration_metrics(episodes: bool) -> None:
     assert math.isnan(message.learner.explained_variance)  # None in the dict: NaN on the wire
     assert message.settings == pb.RunSettings(alpha=0.5, t_max=200, samples_per_iteration=64)
     assert [(c.name, c.old_value, c.new_value) for c in message.settings_changed] == [("alpha", 0.5, 1.0)]
+    assert (message.steps_ahead, message.steps_discarded) == (5, 2)
 
 
 def test_learner_hyperparameters_travel() -> None:

@@ -113,7 +113,7 @@ class SettingChange(_message.Message):
     def __init__(self, name: _Optional[str] = ..., old_value: _Optional[float] = ..., new_value: _Optional[float] = ...) -> None: ...
 
 class IterationMetrics(_message.Message):
-    __slots__ = ("iteration", "policy_version", "time", "iteration_time_s", "mode", "num_slots", "sampling_time_s", "transitions", "valid_transitions", "raw_throughput", "validity", "effective_throughput", "time_efficiency", "time_split_s", "episodes", "episode_ends", "episode_length_mean", "episode_lengths", "episode_return_mean", "episode_returns", "global_resets", "global_resets_per_1k_valid", "slot_resets_per_1k_valid", "reset_calls", "faults", "closed_loop", "learner", "settings", "settings_changed")
+    __slots__ = ("iteration", "policy_version", "time", "iteration_time_s", "mode", "num_slots", "sampling_time_s", "transitions", "valid_transitions", "raw_throughput", "validity", "effective_throughput", "time_efficiency", "time_split_s", "episodes", "episode_ends", "episode_length_mean", "episode_lengths", "episode_return_mean", "episode_returns", "global_resets", "global_resets_per_1k_valid", "slot_resets_per_1k_valid", "reset_calls", "faults", "closed_loop", "learner", "settings", "settings_changed", "steps_ahead", "steps_discarded")
     class ClosedLoopEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -150,6 +150,8 @@ class IterationMetrics(_message.Message):
     LEARNER_FIELD_NUMBER: _ClassVar[int]
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
     SETTINGS_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    STEPS_AHEAD_FIELD_NUMBER: _ClassVar[int]
+    STEPS_DISCARDED_FIELD_NUMBER: _ClassVar[int]
     iteration: int
     policy_version: int
     time: float
@@ -179,7 +181,9 @@ class IterationMetrics(_message.Message):
     learner: _learner_pb2.UpdateStats
     settings: RunSettings
     settings_changed: _containers.RepeatedCompositeFieldContainer[SettingChange]
-    def __init__(self, iteration: _Optional[int] = ..., policy_version: _Optional[int] = ..., time: _Optional[float] = ..., iteration_time_s: _Optional[float] = ..., mode: _Optional[str] = ..., num_slots: _Optional[int] = ..., sampling_time_s: _Optional[float] = ..., transitions: _Optional[int] = ..., valid_transitions: _Optional[int] = ..., raw_throughput: _Optional[float] = ..., validity: _Optional[float] = ..., effective_throughput: _Optional[float] = ..., time_efficiency: _Optional[float] = ..., time_split_s: _Optional[_Union[TimeSplit, _Mapping]] = ..., episodes: _Optional[int] = ..., episode_ends: _Optional[_Union[EpisodeEnds, _Mapping]] = ..., episode_length_mean: _Optional[float] = ..., episode_lengths: _Optional[_Iterable[int]] = ..., episode_return_mean: _Optional[float] = ..., episode_returns: _Optional[_Iterable[float]] = ..., global_resets: _Optional[int] = ..., global_resets_per_1k_valid: _Optional[float] = ..., slot_resets_per_1k_valid: _Optional[float] = ..., reset_calls: _Optional[int] = ..., faults: _Optional[int] = ..., closed_loop: _Optional[_Mapping[str, float]] = ..., learner: _Optional[_Union[_learner_pb2.UpdateStats, _Mapping]] = ..., settings: _Optional[_Union[RunSettings, _Mapping]] = ..., settings_changed: _Optional[_Iterable[_Union[SettingChange, _Mapping]]] = ...) -> None: ...
+    steps_ahead: int
+    steps_discarded: int
+    def __init__(self, iteration: _Optional[int] = ..., policy_version: _Optional[int] = ..., time: _Optional[float] = ..., iteration_time_s: _Optional[float] = ..., mode: _Optional[str] = ..., num_slots: _Optional[int] = ..., sampling_time_s: _Optional[float] = ..., transitions: _Optional[int] = ..., valid_transitions: _Optional[int] = ..., raw_throughput: _Optional[float] = ..., validity: _Optional[float] = ..., effective_throughput: _Optional[float] = ..., time_efficiency: _Optional[float] = ..., time_split_s: _Optional[_Union[TimeSplit, _Mapping]] = ..., episodes: _Optional[int] = ..., episode_ends: _Optional[_Union[EpisodeEnds, _Mapping]] = ..., episode_length_mean: _Optional[float] = ..., episode_lengths: _Optional[_Iterable[int]] = ..., episode_return_mean: _Optional[float] = ..., episode_returns: _Optional[_Iterable[float]] = ..., global_resets: _Optional[int] = ..., global_resets_per_1k_valid: _Optional[float] = ..., slot_resets_per_1k_valid: _Optional[float] = ..., reset_calls: _Optional[int] = ..., faults: _Optional[int] = ..., closed_loop: _Optional[_Mapping[str, float]] = ..., learner: _Optional[_Union[_learner_pb2.UpdateStats, _Mapping]] = ..., settings: _Optional[_Union[RunSettings, _Mapping]] = ..., settings_changed: _Optional[_Iterable[_Union[SettingChange, _Mapping]]] = ..., steps_ahead: _Optional[int] = ..., steps_discarded: _Optional[int] = ...) -> None: ...
 
 class Histogram(_message.Message):
     __slots__ = ("upper_bounds", "cumulative_counts", "sum")
