@@ -69,6 +69,8 @@ def test_takeover_server_conforms_and_drains_on_sigterm(tmp_path: Path) -> None:
         "Prepare: a Reset onto the prepared clip starts the same episode as without Prepare",
         "Prepare: a Reset onto another clip is served as a plain Reset",
         "Prepare of a clip that does not exist: NOT_FOUND",
+        "local step socket: answers as Step does",
+        "local step socket: a connection without the run token -> UNAUTHENTICATED",
     } <= passed
     assert not rows(report, "skip"), rows(report, "skip")
 

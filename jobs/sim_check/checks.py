@@ -31,6 +31,7 @@ from fast.spaces import describe_space, space_from_proto
 from fast.v1 import simulator_pb2 as pb
 from fast.v1 import tensor_pb2 as tpb
 from jobs.sim_check.target import (
+    MAX_MESSAGE_BYTES,
     OK,
     BadAnswer,
     Options,
@@ -43,13 +44,15 @@ from jobs.sim_check.target import (
     rpc_text,
     step_verdicts,
 )
-from sim_server.client import ServerDescription
+from sim_server.client import LocalStepStream, ServerDescription
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 SERVICE = pb.DESCRIPTOR.services_by_name["Simulator"].full_name
 DOCS = "as docs/simulator_api.md says"
 # The check groups that need a working Reset, in the order they run.
-AFTER_RESET = ("determinism", "batched", "step", "errors", "deadlines", "stream", "prefetch", "drain")
+AFTER_RESET = (
+    "determinism", "batched", "step", "errors", "deadlines", "stream", "local_step", "prefetch", "drain"
+)  # fmt: skip
 Code = grpc.StatusCode
 
 
@@ -959,6 +962,79 @@ async def check_stream(t: Target) -> list[Result]:
     return rows
 
 
+# -- the local step socket ---------------------------------------------------------------------------------
+
+
+async def check_local_step(t: Target, deterministic: bool) -> list[Result]:
+    """The local step socket, when Describe names one and it opens from here: it answers as Step
+    does (the same episode for the same actions), and refuses a connection without the run token."""
+    names = (
+        "local step socket: answers as Step does",
+        "local step socket: a connection without the run token -> UNAUTHENTICATED",
+    )
+    path = t.capabilities.local_step_socket
+    if not path:
+        return [skip("local_step", name, "not advertised (Capabilities.local_step_socket is empty)") for name in names]
+    fix = "serve StepStream's exchange on the socket as fast/frames.py frames it, " + DOCS + " (the local step socket)"
+    try:
+        stream = await LocalStepStream.open(path, t.credentials.token, max_message_bytes=MAX_MESSAGE_BYTES)
+    except OSError as exc:
+        why = f"it does not open from here ({type(exc).__name__}): a broker elsewhere steps over gRPC"
+        return [skip("local_step", name, why) for name in names]
+    except grpc.aio.AioRpcError as exc:
+        return [bad("local_step", names[0], f"the run token was refused: {rpc_text(exc)}", fix)] + [
+            skip("local_step", names[1], "the socket refused the right token")
+        ]
+    rows = []
+    slot, clip, seed = t.slots[:1], t.clips(1), t.seeds(1)
+    actions = [t.actions(1) for _ in range(5)]
+    problem, over_socket = "", []
+    try:
+        await t.reset(slot, clip, seed)
+        for a in actions:
+            reply = await stream.step(slot, a)
+            verdicts = step_verdicts(reply, slot, t.desc.observation_space)
+            if verdicts:
+                problem = _first_problem(verdicts)[0]
+                break
+            over_socket.append(reply)
+            if ended_mask(reply, 1).any():
+                break
+    except grpc.aio.AioRpcError as exc:
+        problem = f"after {len(over_socket)} steps: {rpc_text(exc)}"
+    finally:
+        await stream.close()
+    if problem:
+        rows.append(bad("local_step", names[0], problem, fix))
+    elif not deterministic:
+        rows.append(ok("local_step", names[0], f"{len(over_socket)} steps answered (not compared: not deterministic)"))
+    else:
+        await t.reset(slot, clip, seed)
+        over_grpc = [await t.step(slot, a) for a in actions[: len(over_socket)]]
+        same = all(a.observations.tobytes() == b.observations.tobytes() for a, b in zip(over_socket, over_grpc))
+        rows.append(
+            ok("local_step", names[0], f"{len(over_socket)} steps")
+            if same
+            else bad("local_step", names[0], "the observations differ from unary Step's for the same actions", fix)
+        )
+    try:
+        refused = await LocalStepStream.open(path, "not-the-run-token", max_message_bytes=MAX_MESSAGE_BYTES)
+        await refused.close()
+        rows.append(
+            bad("local_step", names[1], "a wrong token was accepted", "compare the HELLO frame with the run token")
+        )
+    except grpc.aio.AioRpcError as exc:
+        good = exc.code() == Code.UNAUTHENTICATED
+        rows.append(
+            ok("local_step", names[1])
+            if good
+            else bad("local_step", names[1], rpc_text(exc), "answer a wrong token with UNAUTHENTICATED")
+        )
+    except OSError as exc:
+        rows.append(bad("local_step", names[1], f"the connection failed: {exc}", "answer with an ERROR frame"))
+    return rows
+
+
 # -- figures -------------------------------------------------------------------------------------------------
 
 
@@ -1264,6 +1340,7 @@ async def run_checks(address: str, credentials: Credentials, options: Options) -
         rows += await _guarded("errors", rows, lambda: check_refusals_change_nothing(t, deterministic)) or []
         rows += await _guarded("deadlines", rows, lambda: check_deadlines(t)) or []
         rows += await _guarded("stream", rows, lambda: check_stream(t)) or []
+        rows += await _guarded("local_step", rows, lambda: check_local_step(t, deterministic)) or []
         rows += await _guarded("prefetch", rows, lambda: check_prefetch(t, deterministic)) or []
         measured = await _guarded("figures", rows, lambda: measure_figures(t))
         if measured is not None:
