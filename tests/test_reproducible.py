@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from test_train import RUN_TIMEOUT_S, TINY, fast_train, finish
 
 from learner.checkpoint import load_latest
@@ -34,13 +35,22 @@ def _metrics(run_dir: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_same_seed_same_machine_gives_identical_metrics_and_weights(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "second_env",
+    [{}, {"FAST_TRAIN_LOCAL_STEP": "false"}],
+    ids=["twice", "local-socket-then-grpc"],
+)
+def test_same_seed_same_machine_gives_identical_metrics_and_weights(tmp_path: Path, second_env: dict) -> None:
+    """Also over either transport: the run stepped over the local step sockets (the default) and the
+    one stepped over gRPC (FAST_TRAIN_LOCAL_STEP=false) learn the same policy."""
     args = [*TINY, "--iterations", "4", "--seed", "3", "--mode", "fast"]
-    runs = [fast_train(tmp_path, name, *args) for name in ("first", "second")]  # side by side, on purpose
+    runs = [fast_train(tmp_path, "first", *args), fast_train(tmp_path, "second", *args, env=second_env)]  # side by side
     for process in runs:
         code, output = finish(process, RUN_TIMEOUT_S * 2)
         assert code == 0, output[-3000:]
     first, second = tmp_path / "first", tmp_path / "second"
+    transports = [yaml.safe_load((d / "config.yaml").read_text())["train"]["local_step"] for d in (first, second)]
+    assert transports == [True, not second_env]
 
     metrics = _metrics(first)
     # Not vacuous: the comparison holds counts, episode lengths, returns and the learner's losses.

@@ -43,13 +43,14 @@ TINY = [
 RUN_TIMEOUT_S = 100  # one tiny run takes ~20 s on a loaded 2-core CPU
 
 
-def fast_train(tmp_path: Path, name: str, *args: str) -> subprocess.Popen:
+def fast_train(tmp_path: Path, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`fast train` as a user starts it; `env`: variables added to this process's environment."""
     return subprocess.Popen(
         [sys.executable, "-m", "fast", "train", "--runs-dir", str(tmp_path), "--name", name, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
 
 
