@@ -93,7 +93,8 @@ async def create_server(
 async def serve(config: SimServerConfig) -> None:
     simulator = build_simulator(config)
     address = f"{config.host}:{config.port}"
-    local_step = LocalStepOptions(config.local_step_dir) if config.local_step else None
+    # With TLS on, its clients prove who they are by certificate, which a Unix socket cannot carry: none.
+    local_step = LocalStepOptions(config.local_step_dir) if config.local_step and not config.tls.on else None
     server, port, health_servicer = await create_server(
         simulator,
         address,
