@@ -138,19 +138,31 @@ def test_envs_of_one_server_queue_and_share_its_map_cache(catalog) -> None:
         return infos
 
     # Only lower bounds on times (a loaded machine makes every wait late, never early); which map loads
-    # and which is cached is counted, not timed.
+    # and which is cached is counted, not timed. Whether B queued needs the two threads to overlap,
+    # which a loaded machine may deny one attempt (a thread started after the other finished): each
+    # case gets 3 attempts, and B must have queued in one of them.
     new_maps = [_clip_on_map(catalog, 3), _clip_on_map(catalog, 4)]
-    server = ServerCostResources.create(SMALL_COSTS.map_cache_size)
-    a, b = sorted(concurrent_resets([server, server], new_maps), key=lambda info: info["reset_s"])
-    assert a["reset_map_loads"] == b["reset_map_loads"] == 1
-    assert a["reset_s"] >= 0.030 and a["both_s"] >= 0.050  # engine 2 x 10 ms and channel 2 x 20 ms, in turn
-    assert b["reset_queued_s"] >= 0.005  # B queued (for A's fixed part, then A's load)
+    for _ in range(3):
+        server = ServerCostResources.create(SMALL_COSTS.map_cache_size)
+        a, b = sorted(concurrent_resets([server, server], new_maps), key=lambda info: info["reset_s"])
+        assert a["reset_map_loads"] == b["reset_map_loads"] == 1
+        assert a["reset_s"] >= 0.030  # engine and channel
+        if b["reset_queued_s"] >= 0.005:  # B queued (for A's fixed part, then A's load)
+            assert a["both_s"] >= 0.050  # engine 2 x 10 ms and channel 2 x 20 ms, in turn
+            break
+    else:
+        pytest.fail("in 3 attempts, the second of two concurrent resets on one server never queued")
     # Both maps are now in the server's cache, whichever env loaded them.
     cached = [_clip_on_map(catalog, 4, not_clip=new_maps[1]), _clip_on_map(catalog, 3, not_clip=new_maps[0])]
-    a, b = sorted(concurrent_resets([server, server], cached), key=lambda info: info["reset_s"])
-    assert a["reset_map_loads"] == b["reset_map_loads"] == 0
-    assert a["reset_s"] >= 0.012  # fixed + cached load
-    assert b["both_s"] >= 0.022 and b["reset_queued_s"] >= 0.005  # queued for A's fixed part
+    for _ in range(3):
+        a, b = sorted(concurrent_resets([server, server], cached), key=lambda info: info["reset_s"])
+        assert a["reset_map_loads"] == b["reset_map_loads"] == 0
+        assert a["reset_s"] >= 0.012  # fixed + cached load
+        if b["reset_queued_s"] >= 0.005:  # queued for A's fixed part
+            assert b["both_s"] >= 0.022
+            break
+    else:
+        pytest.fail("in 3 attempts, the second of two concurrent cached resets on one server never queued")
 
     two_servers = [ServerCostResources.create(SMALL_COSTS.map_cache_size) for _ in range(2)]
     for info in concurrent_resets(two_servers, new_maps):  # nothing to queue for: each server its own
