@@ -26,19 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+from broker.metrics import without_timings  # noqa: E402
 from learner.checkpoint import load_latest  # noqa: E402
 
 TRANSPORTS = {"grpc": "false", "local": "true"}
-# Keys whose values are measured times or rates (tests/test_reproducible.py): they differ between runs.
-TIMING_KEYS = ("time", "_s", "throughput", "time_efficiency", "time_split")
-
-
-def without_timings(value):
-    if isinstance(value, dict):
-        return {k: without_timings(v) for k, v in value.items() if not any(t in k for t in TIMING_KEYS)}
-    if isinstance(value, list):
-        return [without_timings(v) for v in value]
-    return value
 
 
 def train(runs_dir: Path, name: str, transport: str, iterations: int, seed: int) -> dict:

@@ -82,3 +82,18 @@ class IterationStats:
             "steps_discarded": self.steps_discarded,
             "closed_loop": {k: float(np.mean(v)) for k, v in sorted(self.closed_loop.items())},
         }
+
+
+# Keys of a metrics line whose values are measured times or rates: they differ between any two runs,
+# even of the same seed on the same machine (tests/test_reproducible.py).
+TIMING_KEYS = ("time", "_s", "throughput", "time_efficiency", "time_split")
+
+
+def without_timings(value):
+    """A metrics line (or any JSON value) without its timing keys, at every depth: what two runs of
+    the same seed must agree on."""
+    if isinstance(value, dict):
+        return {k: without_timings(v) for k, v in value.items() if not any(t in k for t in TIMING_KEYS)}
+    if isinstance(value, list):
+        return [without_timings(v) for v in value]
+    return value

@@ -2,7 +2,7 @@
 
 Two short `fast train` runs with one seed, started as a user starts them (every service its own
 process, lock-step sampling over two simulator servers that answer in whichever order), must
-agree on everything but wall-clock times. What is allowed to differ is listed in TIMING_KEYS;
+agree on everything but wall-clock times. What is allowed to differ is listed in broker.metrics.TIMING_KEYS;
 anything else that differs is a source of randomness or of timing-dependent order to fix.
 """
 
@@ -16,22 +16,12 @@ import torch
 import yaml
 from test_train import RUN_TIMEOUT_S, TINY, fast_train, finish
 
+from broker.metrics import without_timings
 from learner.checkpoint import load_latest
-
-# Keys whose values are measured times or rates: they differ between any two runs.
-TIMING_KEYS = ("time", "_s", "throughput", "time_efficiency", "time_split")
-
-
-def _without_timings(value):
-    if isinstance(value, dict):
-        return {k: _without_timings(v) for k, v in value.items() if not any(t in k for t in TIMING_KEYS)}
-    if isinstance(value, list):
-        return [_without_timings(v) for v in value]
-    return value
 
 
 def _metrics(run_dir: Path) -> list[dict]:
-    return [_without_timings(json.loads(line)) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [without_timings(json.loads(line)) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.slow
@@ -56,7 +46,7 @@ def test_same_seed_same_machine_gives_identical_metrics_and_weights(tmp_path: Pa
     # Not vacuous: the comparison holds counts, episode lengths, returns and the learner's losses.
     assert len(metrics) == 4 and metrics[0]["valid_transitions"] > 0 and "policy_loss" in metrics[-1]["learner"]
     assert metrics == _metrics(second)
-    assert _without_timings(json.loads((first / "eval.json").read_text())) == _without_timings(
+    assert without_timings(json.loads((first / "eval.json").read_text())) == without_timings(
         json.loads((second / "eval.json").read_text())
     )
 
