@@ -318,6 +318,7 @@ def test_bench_train_tiny_runs_fast_train_per_mode_and_seed_and_evaluates_checkp
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((out / "train.json").read_text())
     assert [(r["mode"], r["seed"]) for r in result["runs"]] == [("sc", 0), ("fast", 0)]
+    assert result["finished"] is True  # written after every run too, with finished false until the last
     for record in result["runs"]:
         curve = record["eval_curve"]
         assert [p["version"] for p in curve] == [0, 2, 4]  # the start, every 2nd version, the end

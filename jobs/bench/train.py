@@ -151,17 +151,25 @@ def run(cfg: TrainBenchConfig, out_dir: Path, log=print) -> dict:
                         note,
                     )
                 )
-    summary = summarize(records, cfg)
-    result = {
-        "config": cfg.__dict__,
-        **({"simulators": external.record(), "evaluation_note": note} if external is not None else {}),
-        "wall_clock_s": time.time() - started,
-        "summary": summary,
-        "runs": records,
-    }
+                # After every run, so that a benchmark stopped hours in keeps what it measured
+                # (`--report-only` reports it); `finished` says whether every run is in.
+                result = _result(cfg, external, note, started, records, finished=False)
+                (out_dir / "train.json").write_text(json.dumps(result, indent=1))
+    result = _result(cfg, external, note, started, records, finished=True)
     (out_dir / "train.json").write_text(json.dumps(result, indent=1))
     write_report(result, out_dir)
     return result
+
+
+def _result(cfg: TrainBenchConfig, external, note: str, started: float, records: list[dict], *, finished: bool) -> dict:
+    return {
+        "config": cfg.__dict__,
+        **({"simulators": external.record(), "evaluation_note": note} if external is not None else {}),
+        "finished": finished,
+        "wall_clock_s": time.time() - started,
+        "summary": summarize(records, cfg),
+        "runs": records,
+    }
 
 
 def rewrite_report(out_dir: Path, target_return: float | None = None) -> dict:
