@@ -382,13 +382,12 @@ class SimulatorPool:
         groups = self._by_server(slots)
 
         def request(server: ServerHandle, local: np.ndarray, actions: np.ndarray) -> Awaitable:
-            if self.use_local_step and server.local_step_socket:
-                return self._local_step(server, local, actions, unary=not self.steps_by_stream(server, unary=unary))
-            if self.steps_by_stream(server, unary=unary):
-                if server.stream is None:
-                    server.stream = server.client.step_stream()
+            streamed = self.steps_by_stream(server, unary=unary)
+            if streamed and server.stream is not None:  # open already, over either transport
                 return server.stream.step(local, actions)
-            return server.client.step(local, actions, timeout_s=self.timeouts.step_s)
+            if self.use_local_step and server.local_step_socket:
+                return self._local_step(server, local, actions, streamed=streamed)
+            return self._grpc_step(server, local, actions, streamed=streamed)
 
         async def call(server: ServerHandle, positions: np.ndarray) -> None:
             local = self.slot_local[slots[positions]]
@@ -444,13 +443,20 @@ class SimulatorPool:
         serving = [s for s in groups if self.servers[s].up and self.servers[s].prefetch]
         await asyncio.gather(*(call(self.servers[s], groups[s]) for s in serving))
 
-    async def _local_step(self, server: ServerHandle, local: np.ndarray, actions: np.ndarray, *, unary: bool):
-        """Step over the server's local step socket: on its one stream (lock-step callers) or on a
-        spare connection of its own (unary callers, several calls at once). A socket that does not
-        open from here (another machine, or gone) is given up for good: gRPC serves the same exchange."""
-        if not unary and server.stream is not None:
-            return await server.stream.step(local, actions)
-        stream = server.local_spare.pop() if unary and server.local_spare else None
+    def _grpc_step(self, server: ServerHandle, local: np.ndarray, actions: np.ndarray, *, streamed: bool) -> Awaitable:
+        """Step over gRPC: the server's StepStream (opened on first use) or a unary Step."""
+        if not streamed:
+            return server.client.step(local, actions, timeout_s=self.timeouts.step_s)
+        if server.stream is None:
+            server.stream = server.client.step_stream()
+        return server.stream.step(local, actions)
+
+    async def _local_step(self, server: ServerHandle, local: np.ndarray, actions: np.ndarray, *, streamed: bool):
+        """Step over the server's local step socket, on a new connection that becomes its stream
+        (lock-step callers) or on a spare connection of its own (unary callers, several calls at
+        once). A socket that does not open from here (another machine, or gone) is given up for
+        good: gRPC serves the same exchange."""
+        stream = server.local_spare.pop() if not streamed and server.local_spare else None
         if stream is None:
             try:
                 stream = await server.client.local_step_stream(server.local_step_socket)
@@ -461,13 +467,9 @@ class SimulatorPool:
                     type(exc).__name__,
                 )
                 server.local_step_socket = ""
-                if unary:
-                    return await server.client.step(local, actions, timeout_s=self.timeouts.step_s)
-                server.stream = server.client.step_stream()
-                return await server.stream.step(local, actions)
-            if not unary:
-                server.stream = stream
-        if not unary:
+                return await self._grpc_step(server, local, actions, streamed=streamed)
+        if streamed:
+            server.stream = stream
             return await stream.step(local, actions)
         try:
             reply = await stream.step(local, actions)

@@ -74,6 +74,11 @@ def reset_reply(response: pb.ResetResponse) -> ResetReply:
     )
 
 
+def step_request(slot_ids, actions: np.ndarray, request_id: int = 0) -> pb.StepRequest:
+    """A Step request, as unary Step, StepStream and the local step socket send it."""
+    return pb.StepRequest(slot_ids=list(map(int, slot_ids)), actions=tensor.to_proto(actions), request_id=request_id)
+
+
 def step_reply(response: pb.StepResponse, sent_request_id: int = 0) -> StepReply:
     """A Step answer decoded (TensorError when a tensor does not decode)."""
     return StepReply(
@@ -144,7 +149,7 @@ class SimulatorClient(RpcClient):
 
     async def step(self, slot_ids, actions: np.ndarray, *, timeout_s: float | None = None) -> StepReply:
         r = await self._stub.Step(
-            pb.StepRequest(slot_ids=list(map(int, slot_ids)), actions=tensor.to_proto(actions)),
+            step_request(slot_ids, actions),
             timeout=self.timeout_s if timeout_s is None else timeout_s,
         )
         return step_reply(r)
@@ -168,11 +173,7 @@ class StepStream:
     async def step(self, slot_ids, actions: np.ndarray) -> StepReply:
         self._next_id += 1
         try:
-            await self._call.write(
-                pb.StepRequest(
-                    slot_ids=list(map(int, slot_ids)), actions=tensor.to_proto(actions), request_id=self._next_id
-                )
-            )
+            await self._call.write(step_request(slot_ids, actions, self._next_id))
         except asyncio.InvalidStateError:
             # The stream finished before this request (e.g. the server went away between two
             # steps): grpc says only "RPC already finished"; raise the status that finished it.
@@ -233,9 +234,7 @@ class LocalStepStream:
 
     async def step(self, slot_ids, actions: np.ndarray) -> StepReply:
         self._next_id += 1
-        request = pb.StepRequest(
-            slot_ids=list(map(int, slot_ids)), actions=tensor.to_proto(actions), request_id=self._next_id
-        )
+        request = step_request(slot_ids, actions, self._next_id)
         self._writer.write(frames.encode(frames.STEP, request.SerializeToString()))
         payload = await self._expect(frames.ANSWER)
         try:
