@@ -39,6 +39,7 @@ VARIANTS: dict[str, dict] = {
     # The workload as it is (one slope through 0 for the longitudinal action, docs/takeover.md).
     "baseline": {},
     "norm_reward": {"norm_reward": True},
+    "anneal": {"anneal_lr": True},
     "norm_reward+log_std+anneal": {"norm_reward": True, "init_log_std": -0.5, "anneal_lr": True},
     "obs_norm": {"obs_norm": True},
     "crash50": {"collision_penalty": 50.0},

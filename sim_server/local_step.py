@@ -13,6 +13,11 @@ touched), the message size limit, and the status codes of the domain errors (an 
 then the connection closes, as a StepStream ends with its status). What guards it besides the
 token: the socket lives in a fresh directory only the server's user may enter (mode 0700), and a
 Unix socket is never reachable from another machine.
+
+A server that is killed (SIGKILL, OOM) cannot remove its directory. Each directory therefore
+holds an `owner` file (the server's pid and pid namespace), and a server that starts removes the
+directories beside its own whose owner is gone: the pid no longer runs in the same namespace.
+A directory without that file, another user's, or one from another namespace is never touched.
 """
 
 from __future__ import annotations
@@ -49,7 +54,8 @@ class LocalStepSocket:
         self._directory: Path | None = None
         # A random name: a path that some other server on another machine happens to share (the
         # directory's name is random too) never leads a broker to the wrong server's slots.
-        self._name = f"step-{secrets.token_hex(16)}.sock"
+        # 64 bits, short: a Unix socket's whole path has at most 107 bytes.
+        self._name = f"step-{secrets.token_hex(8)}.sock"
         self._connections: set[asyncio.Task] = set()
 
     @property
@@ -59,8 +65,12 @@ class LocalStepSocket:
     async def start(self, directory: str | None = None) -> str:
         """Bind in a new private directory under `directory` (None: the system's temporary one) and
         advertise the socket in Describe; returns its path."""
-        self._directory = Path(tempfile.mkdtemp(prefix="fast-sim-", dir=directory))  # mode 0700
+        self._directory = Path(tempfile.mkdtemp(prefix=DIRECTORY_PREFIX, dir=directory))  # mode 0700
         try:
+            (self._directory / OWNER_FILE).write_text(_owner_line(os.getpid()))
+            removed = sweep_stale_directories(self._directory.parent, keep=self._directory)
+            if removed:
+                log.info("local step socket: removed %d directories of servers that are gone", removed)
             self._server = await asyncio.start_unix_server(self._serve, path=self.path, limit=1 << 16)
             os.chmod(self.path, 0o600)
         except BaseException:
@@ -125,6 +135,61 @@ class LocalStepSocket:
                 await _refuse(writer, *status_of(exc))
                 return
             writer.write(frames.encode(frames.ANSWER, answer.SerializeToString()))
+
+
+DIRECTORY_PREFIX = "fast-sim-"
+OWNER_FILE = "owner"
+
+
+def _pid_namespace() -> str:
+    """This process's pid namespace (Linux), or "" where there is no such thing to read."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def _owner_line(pid: int) -> str:
+    return f"{pid} {_pid_namespace()}\n"
+
+
+def _pid_runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it runs, as another user
+    return True
+
+
+def sweep_stale_directories(parent: Path, *, keep: Path | None = None) -> int:
+    """Remove the socket directories under `parent` left by servers of this user that are gone.
+
+    Gone means: the directory's owner file names a pid of this pid namespace that no longer runs.
+    A reused pid keeps a stale directory (harmless: a later sweep gets it); nothing that might be
+    live is removed. Returns how many directories went."""
+    removed = 0
+    namespace = _pid_namespace()
+    try:
+        candidates = list(parent.glob(DIRECTORY_PREFIX + "*"))
+    except OSError:
+        return 0
+    for directory in candidates:
+        if directory == keep:
+            continue
+        try:
+            if directory.is_symlink() or not directory.is_dir() or directory.stat().st_uid != os.getuid():
+                continue
+            pid_text, _, owner_namespace = (directory / OWNER_FILE).read_text().strip().partition(" ")
+            pid = int(pid_text)
+        except (OSError, ValueError):
+            continue  # no owner file (yet, or not ours to judge): leave it
+        if owner_namespace != namespace or pid <= 0 or _pid_runs(pid):
+            continue
+        shutil.rmtree(directory, ignore_errors=True)
+        removed += 1
+    return removed
 
 
 async def _refuse(writer: asyncio.StreamWriter, code: grpc.StatusCode, message: str) -> None:

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import stat
 import struct
+import subprocess
+import sys
+import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -28,6 +32,7 @@ from broker.pool import SimulatorPool
 from fast import frames
 from fast.rpc import Credentials
 from sim_server.client import LocalStepStream, SimulatorClient
+from sim_server.local_step import DIRECTORY_PREFIX, OWNER_FILE, _owner_line, sweep_stale_directories
 
 
 def _actions(k: int, seed: int) -> np.ndarray:
@@ -202,8 +207,18 @@ def test_fast_samples_the_same_batches_over_the_socket_as_over_grpc() -> None:
     assert [s.valid for s in grpc_stats] == [s.valid for s in local_stats]
 
 
-def test_a_killed_server_ends_the_exchange_unavailable() -> None:
-    with sim_server("--slots", "2") as service:
+@pytest.fixture
+def short_dir():
+    """A directory with a short path: a Unix socket's path has at most 107 bytes, which pytest's
+    tmp_path plus the server's own directory and name can exceed."""
+    directory = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_killed_server_ends_the_exchange_unavailable_and_the_next_server_removes_its_directory(short_dir) -> None:
+    tmp_path = short_dir
+    with sim_server("--slots", "2", "--local-step-dir", str(tmp_path)) as service:
 
         async def run():
             async with SimulatorClient(service.address) as client:
@@ -219,8 +234,40 @@ def test_a_killed_server_ends_the_exchange_unavailable() -> None:
 
         path = asyncio.run(run())
     # SIGKILL leaves the directory behind (nothing runs to remove it); a broker that tries it gets refused.
+    assert Path(path).parent.exists()
     with pytest.raises(OSError):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
             raw.connect(path)
-    os.unlink(path)
-    os.rmdir(Path(path).parent)
+    # The next server that starts there removes it (its owner is gone), and keeps its own.
+    with sim_server("--slots", "2", "--local-step-dir", str(tmp_path)) as service:
+        own = Path(asyncio.run(_describe(service.address)).local_step_socket)
+        assert not Path(path).parent.exists()
+        assert own.is_socket()
+    assert list(tmp_path.iterdir()) == []
+
+
+def _socket_directory(parent: Path, name: str, owner: str | None) -> Path:
+    directory = parent / f"{DIRECTORY_PREFIX}{name}"
+    directory.mkdir(mode=0o700)
+    if owner is not None:
+        (directory / OWNER_FILE).write_text(owner)
+    return directory
+
+
+def test_the_sweep_removes_only_directories_whose_owner_is_gone(tmp_path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    namespace = _owner_line(0).split(" ", 1)[1].strip()
+    dead = _socket_directory(tmp_path, "dead", f"{gone.pid} {namespace}\n")
+    live = _socket_directory(tmp_path, "live", f"{os.getpid()} {namespace}\n")
+    no_owner = _socket_directory(tmp_path, "starting", None)  # a server between mkdtemp and its owner file
+    elsewhere = _socket_directory(tmp_path, "other-namespace", f"{gone.pid} pid:[1]\n")
+    garbled = _socket_directory(tmp_path, "garbled", "not a pid\n")
+    unrelated = tmp_path / "unrelated"
+    unrelated.mkdir()
+    (unrelated / OWNER_FILE).write_text(f"{gone.pid} {namespace}\n")
+    assert sweep_stale_directories(tmp_path) == 1
+    assert not dead.exists()
+    for kept in (live, no_owner, elsewhere, garbled, unrelated):
+        assert kept.exists(), kept.name
+    assert sweep_stale_directories(tmp_path / "missing") == 0
