@@ -40,6 +40,8 @@ VARIANTS: dict[str, dict] = {
     "baseline": {},
     "norm_reward": {"norm_reward": True},
     "anneal": {"anneal_lr": True},
+    "log_std": {"init_log_std": -0.5},
+    "log_std+anneal": {"init_log_std": -0.5, "anneal_lr": True},
     "norm_reward+log_std+anneal": {"norm_reward": True, "init_log_std": -0.5, "anneal_lr": True},
     "obs_norm": {"obs_norm": True},
     "crash50": {"collision_penalty": 50.0},
@@ -241,11 +243,23 @@ async def _run(variant: str, seed: int, iterations: int | None) -> dict:
         "seed": seed,
         "settings": {k: v for k, v in settings.items() if not (isinstance(v, float) and math.isinf(v))},
         "iterations": total,
+        "code": _code(),
         "train_s": time.perf_counter() - started,
         "initial": {k: initial[k] for k in keys},
         "final": {k: final[k] for k in keys},
         "curve": curve,
     }
+
+
+def _code() -> str:
+    """The commit the run's code is at (with "+changes" when the tree differs from it)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    changed = git("status", "--porcelain", "--untracked-files=no")
+    return git("rev-parse", "--short", "HEAD") + (" + changes" if changed else "")
 
 
 def _seeds(text: str) -> list[int]:
@@ -256,17 +270,17 @@ def _seeds(text: str) -> list[int]:
 
 
 def table(runs: list[dict]) -> str:
-    """The ablation table: per variant, mean / min over seeds of return, margin and rates."""
+    """The ablation table: per variant and run length, mean / min over seeds of return, margin and rates."""
     import numpy as np
 
     lines = [
-        "| variant | seeds | trained return mean ± std (min) | margin over initial mean (min) | "
+        "| variant | iterations | seeds | trained return mean ± std (min) | margin over initial mean (min) | "
         "seeds beating initial | collision trained / initial | off-road trained / initial | "
         "seeds with fewer collisions | train s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for variant in dict.fromkeys(r["variant"] for r in runs):
-        rs = [r for r in runs if r["variant"] == variant]
+    for variant, iterations in dict.fromkeys((r["variant"], r["iterations"]) for r in runs):
+        rs = [r for r in runs if r["variant"] == variant and r["iterations"] == iterations]
         final = np.array([r["final"]["return_mean"] for r in rs])
         margin = final - np.array([r["initial"]["return_mean"] for r in rs])
         col_f = np.array([r["final"]["collided_rate"] for r in rs])
@@ -275,7 +289,7 @@ def table(runs: list[dict]) -> str:
         off_i = np.array([r["initial"]["off_road_rate"] for r in rs])
         std = final.std(ddof=1) if len(rs) > 1 else 0.0
         lines.append(
-            f"| {variant} | {len(rs)} | {final.mean():.1f} ± {std:.1f} ({final.min():.1f}) | "
+            f"| {variant} | {iterations} | {len(rs)} | {final.mean():.1f} ± {std:.1f} ({final.min():.1f}) | "
             f"{margin.mean():+.1f} ({margin.min():+.1f}) | {(margin > 0).sum()}/{len(rs)} | "
             f"{col_f.mean():.2f} / {col_i.mean():.2f} | {off_f.mean():.2f} / {off_i.mean():.2f} | "
             f"{(col_f < col_i).sum()}/{len(rs)} | {np.mean([r['train_s'] for r in rs]):.0f} |"
@@ -319,15 +333,17 @@ def main() -> None:
     print(text)
     (args.out / "ablation.md").write_text(
         "# Learning ablation\n\n"
-        "    .venv/bin/python benchmarks/learning_ablation.py --variants V1,V2,... --seeds 0-2 --jobs 2\n\n"
+        "    .venv/bin/python benchmarks/learning_ablation.py --variants V1,V2,... --seeds 0-2 --jobs 2 \\\n"
+        "        [--iterations 150]\n\n"
         'The default run\'s loop in one process (docs/learning.md, "The ablation"): 350 iterations of 2,048 '
-        "valid transitions, 10 slots, mode fast, alpha 0.5, t_max 200, PPO 10 x 8, then the 20 held-out clips x 3 "
+        "valid transitions (or as many as the row says), 10 slots, mode fast, alpha 0.5, t_max 200, PPO 10 x 8, "
+        "then the 20 held-out clips x 3 "
         "episodes with deterministic actions for the initial and the final policy. Each variant names its "
         "changes from that (`VARIANTS` in the script); `kinked:` rows play the takeover workload with its "
         "longitudinal action map before 2026-12-01 (3 m/s^2 per unit forward, 6 braking), the others with "
         "the map it has now (6 per unit both ways, capped at +3). `crash50` raises the workload's collision "
         "penalty from 10 to 50, so its returns are in other units than the other rows' (its margins and "
-        "rates compare). Train s is wall-clock of the 350 iterations, two runs at a time on 2 cores, some "
+        "rates compare). Train s is wall-clock of the iterations, two runs at a time on 2 cores, some "
         "beside other work: not a speed figure. Every run is a line of runs.jsonl.\n\n"
         "`ttc1` adds a dense term before a crash: 1 per step at a time to collision of 0 with the lead, "
         "falling to 0 at 3 s (sim_server/takeover/reward.py `TTC_WEIGHT`, 0 in the workload). `mb32` is "
