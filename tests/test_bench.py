@@ -287,6 +287,9 @@ def test_summary_censors_runs_that_never_reached_the_target_at_their_training_ti
     assert rows["fast"]["speedup_to_target_is_lower_bound"] and not rows["sc"]["speedup_to_target_is_lower_bound"]
 
 
+# Two `fast train` runs of five processes each plus the evaluators: on 2 busy cores their start-ups
+# alone can pass the suite's 120 s; _fast's own 300 s bound then ends it with the run's output.
+@pytest.mark.timeout(330)
 def test_bench_train_tiny_runs_fast_train_per_mode_and_seed_and_evaluates_checkpoints(tmp_path: Path) -> None:
     out = tmp_path / "bench-train"
     done = _fast(
