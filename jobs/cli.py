@@ -618,6 +618,13 @@ def bench_train(
     report_only: Annotated[
         bool, typer.Option(help="Train nothing: recompute the summary and rewrite the report of --out's train.json.")
     ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            help="Go on with the stopped benchmark in --out: keep the runs its train.json holds (the same options "
+            "are needed) and run the rest."
+        ),
+    ] = False,
 ) -> None:
     import time as _time
 
@@ -632,6 +639,8 @@ def bench_train(
             _fail(str(exc))
         typer.echo(f"results: {out / 'train.md'}")
         return
+    if resume and out is None:
+        _fail("--resume needs --out, the directory of the stopped benchmark")
     try:
         cfg = TrainBenchConfig(
             modes=_csv(modes, str, "--modes"),
@@ -648,7 +657,7 @@ def bench_train(
             **({} if target_return is None else {"target_return": target_return}),
         )
         out_dir = out or Path("runs") / f"bench-train-{_time.strftime('%Y%m%d-%H%M%S')}"
-        run(cfg, out_dir)
+        run(cfg, out_dir, resume=resume)
     except (ValueError, OSError, RuntimeError) as exc:
         _fail(str(exc))
     typer.echo(f"results: {out_dir / 'train.md'}")

@@ -420,3 +420,69 @@ def test_report_only_recomputes_every_run_for_a_new_target(tmp_path: Path) -> No
     assert any(r["time_to_target_s"] is None for r in result["runs"])
     assert any(r["time_to_target_s"] is not None for r in result["runs"])
     assert f"Target: held-out return {target:g}" in (tmp_path / "train.md").read_text()
+
+
+def _stopped_benchmark(out: Path, kept: int) -> tuple[TrainBenchConfig, list[dict]]:
+    """A benchmark stopped after `kept` runs: the committed 3-seed run's first records, as train.json."""
+    stored = json.loads((Path(__file__).resolve().parents[1] / "benchmarks/results/train/train.json").read_text())
+    cfg = TrainBenchConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored["config"].items()})
+    runs = stored["runs"][:kept]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "train.json").write_text(
+        json.dumps(
+            {"config": json.loads(json.dumps(cfg.__dict__)), "finished": False, "wall_clock_s": 1000.0, "runs": runs}
+        )
+    )
+    return cfg, runs
+
+
+def test_resume_keeps_the_finished_runs_and_runs_only_the_rest(tmp_path: Path, monkeypatch) -> None:
+    import contextlib
+    from types import SimpleNamespace
+
+    import jobs.bench.train as bench_train
+
+    cfg, kept = _stopped_benchmark(tmp_path, kept=5)
+    (tmp_path / "runs" / "sgr-s1").mkdir(parents=True)  # the run the stop cut short
+    (tmp_path / "runs" / "sgr-s1" / "metrics.jsonl").write_text("{}\n")
+    ran = []
+
+    def fake_run(cfg, mode, seed, runs_dir, *args, **kwargs):
+        assert not (runs_dir / f"{mode}-s{seed}").exists()  # a half-done run starts over
+        ran.append((mode, seed))
+        return {**kept[0], "mode": mode, "seed": seed, "run_dir": str(runs_dir / f"{mode}-s{seed}")}
+
+    monkeypatch.setattr(bench_train, "_train_and_evaluate", fake_run)
+    monkeypatch.setattr(
+        bench_train,
+        "job_simulators",
+        lambda *a, **k: contextlib.nullcontext(SimpleNamespace(addresses=[], credentials=None)),
+    )
+    result = bench_train.run(cfg, tmp_path, log=lambda *_: None, resume=True)
+    order = [(m, s) for s in range(cfg.seeds) for m in cfg.modes]
+    assert ran == order[5:]
+    assert result["runs"][:5] == kept and [(r["mode"], r["seed"]) for r in result["runs"]] == order
+    assert result["finished"] and result["wall_clock_s"] >= 1000.0
+    assert json.loads((tmp_path / "train.json").read_text())["finished"]
+
+
+def test_resume_refuses_a_benchmark_of_other_settings_and_leaves_it(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from jobs.bench.train import resumable_records, run
+
+    cfg, kept = _stopped_benchmark(tmp_path, kept=2)
+    before = (tmp_path / "train.json").read_text()
+    with pytest.raises(ValueError, match=r"other settings \(iterations, preset\); pass the options"):
+        run(replace(cfg, iterations=cfg.iterations + 1, preset="calibrated"), tmp_path, resume=True)
+    assert (tmp_path / "train.json").read_text() == before
+    assert resumable_records(cfg, tmp_path) == (kept, 1000.0)
+    assert resumable_records(cfg, tmp_path / "nothing-there") == ([], 0.0)
+    (tmp_path / "train.json").write_text("{")
+    with pytest.raises(ValueError, match="is not the train.json of a `fast bench train`"):
+        resumable_records(cfg, tmp_path)
+
+
+def test_resume_needs_out() -> None:
+    done = _fast("bench", "train", "--resume", timeout=60)
+    assert done.returncode == 2 and "--resume needs --out" in done.stderr

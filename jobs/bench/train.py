@@ -25,6 +25,7 @@ import asyncio
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -114,14 +115,48 @@ def training_curve(metrics_path: Path, smooth: int) -> tuple[np.ndarray, np.ndar
     return t, smoothed
 
 
-def run(cfg: TrainBenchConfig, out_dir: Path, log=print) -> dict:
+def resumable_records(cfg: TrainBenchConfig, out_dir: Path) -> tuple[list[dict], float]:
+    """The runs a stopped benchmark in `out_dir` finished, and the wall-clock it had spent.
+
+    Only a benchmark of the same settings goes on: a record made with other modes, iterations or
+    presets would be compared with runs it does not match. No train.json: nothing to keep."""
+    path = out_dir / "train.json"
+    if not path.is_file():
+        return [], 0.0
+    try:
+        stored = json.loads(path.read_text())
+        stored_config, records, wall = stored["config"], list(stored["runs"]), float(stored["wall_clock_s"])
+        keys = [(r["mode"], r["seed"]) for r in records]
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(
+            f"{path} is not the train.json of a `fast bench train` ({type(exc).__name__}); "
+            "pass another --out, or leave --resume out to start over there"
+        ) from None
+    ours = json.loads(json.dumps(cfg.__dict__))
+    differ = sorted(k for k in set(ours) | set(stored_config) if ours.get(k) != stored_config.get(k))
+    if differ:
+        raise ValueError(
+            f"--resume: {path} was made with other settings ({', '.join(differ)}); pass the options "
+            "the stopped benchmark had, or another --out"
+        )
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"--resume: {path} holds a run twice; pass another --out")
+    return records, wall
+
+
+def run(cfg: TrainBenchConfig, out_dir: Path, log=print, *, resume: bool = False) -> dict:
+    """Every (mode, seed) run of `cfg`, then the report. With `resume`, the runs that `out_dir`'s
+    train.json holds already (same settings) are kept and only the others run."""
     external = check_simulators(cfg.simulators) if cfg.simulators else None  # before any run starts
     if external is not None:
         log(f"on {external.describe()}")
+    records, spent = resumable_records(cfg, out_dir) if resume else ([], 0.0)
+    if records:
+        log(f"resuming: {len(records)} of {cfg.seeds * len(cfg.modes)} runs kept from {out_dir / 'train.json'}")
+    done = {(r["mode"], r["seed"]) for r in records}
     out_dir.mkdir(parents=True, exist_ok=True)
     runs_dir = out_dir / "runs"
-    started = time.time()
-    records = []
+    started = time.time() - spent
     slots = math.ceil(cfg.clips / cfg.servers) if external is None else 0
     note = ""
     if external is not None:
@@ -137,6 +172,10 @@ def run(cfg: TrainBenchConfig, out_dir: Path, log=print) -> dict:
     with job_simulators(workload, cfg.servers or 0, slots, external=external) as evaluators:
         for seed in range(cfg.seeds):
             for mode in cfg.modes:
+                if (mode, seed) in done:
+                    continue
+                # A run the stopped benchmark left half-done starts over (fast train refuses a used name).
+                shutil.rmtree(runs_dir / _run_name(mode, seed), ignore_errors=True)
                 records.append(
                     _train_and_evaluate(
                         cfg,
@@ -200,6 +239,10 @@ def rewrite_report(out_dir: Path, target_return: float | None = None) -> dict:
     return result
 
 
+def _run_name(mode: str, seed: int) -> str:
+    return f"{mode.replace('+', '-')}-s{seed}"
+
+
 def _train_and_evaluate(
     cfg: TrainBenchConfig,
     mode: str,
@@ -212,7 +255,7 @@ def _train_and_evaluate(
     progress: str,
     note: str = "",
 ) -> dict:
-    name = f"{mode.replace('+', '-')}-s{seed}"
+    name = _run_name(mode, seed)
     run_dir = runs_dir / name
     base, *features = mode.split("+")
     env = {**os.environ, **{FEATURES[f]: "true" for f in features}}
