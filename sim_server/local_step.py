@@ -36,6 +36,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from fast import frames, tensor
+from fast.lifecycle import process_alive
 from fast.v1 import simulator_pb2 as pb
 from sim_server.errors import SimError
 from sim_server.servicer import SimulatorServicer, status_of
@@ -153,16 +154,6 @@ def _owner_line(pid: int) -> str:
     return f"{pid} {_pid_namespace()}\n"
 
 
-def _pid_runs(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it runs, as another user
-    return True
-
-
 def sweep_stale_directories(parent: Path, *, keep: Path | None = None) -> int:
     """Remove the socket directories under `parent` left by servers of this user that are gone.
 
@@ -185,7 +176,7 @@ def sweep_stale_directories(parent: Path, *, keep: Path | None = None) -> int:
             pid = int(pid_text)
         except (OSError, ValueError):
             continue  # no owner file (yet, or not ours to judge): leave it
-        if owner_namespace != namespace or pid <= 0 or _pid_runs(pid):
+        if owner_namespace != namespace or pid <= 0 or process_alive(pid):
             continue
         shutil.rmtree(directory, ignore_errors=True)
         removed += 1

@@ -25,6 +25,7 @@ from grpc_health.v1 import health_pb2
 
 from broker import answers
 from fast import tensor
+from fast.lifecycle import process_alive
 from fast.quoting import quote, shorten
 from fast.rpc import Credentials
 from fast.spaces import describe_space, space_from_proto
@@ -1161,21 +1162,6 @@ async def measure_figures(t: Target) -> tuple[list[Figure], list[Result]]:
 
 
 # -- drain on SIGTERM ----------------------------------------------------------------------------------------
-
-
-def process_alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie, dead but not yet reaped by its parent, counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 async def check_drain(t: Target) -> list[Result]:
