@@ -20,6 +20,13 @@ kind of work: waiting (the event loop idle: for the broker, on the servers), sim
 inference, serialisation, transport (grpc), event loop scheduling, bookkeeping. The profiled
 iteration is not among the measured ones (py-spy samples from another process, but it shares
 the cores).
+
+The ideal is not reachable by any closed loop: each step, every server wakes on its message and
+the driver wakes on the answers. So each configuration also measures the closed-loop floor
+(jobs/bench/loop_floor.py) between the broker's iterations: as many probe server processes and
+slots, doing per step only the servers' measured compute and the rest of the latency's wait, and
+a driver that does nothing but write and read. Its share of its ideal is what this machine
+allows; `raw/floor` is the broker's share over it, the part of the gap that is the broker's own.
 """
 
 from __future__ import annotations
@@ -27,9 +34,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import builtins
+import dataclasses
 import functools
 import io
 import json
+import math
 import os
 import statistics
 import sys
@@ -38,14 +47,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from broker.dealer import HOLDOUT_EVERY, ClipDealer  # noqa: E402
 from broker.policy_runner import PolicyRunner  # noqa: E402
-from broker.pool import SimulatorPool  # noqa: E402
+from broker.pool import PoolCounters, SimulatorPool  # noqa: E402
 from broker.samplers import make_sampler  # noqa: E402
 from jobs.bench import hot_path  # noqa: E402
+from jobs.bench.loop_floor import LoopFloor  # noqa: E402
 from jobs.processes import start_service  # noqa: E402
+from sim_server.cost_model import PRESETS  # noqa: E402
+
+DEFAULT_STEP_LATENCY_S = PRESETS["step-only"].step_latency_s
+FLOOR_STEPS = 300  # lock-step steps of the closed-loop floor per iteration, about as many as a broker iteration's
 
 
 async def measure(
@@ -70,6 +85,7 @@ async def measure(
             for p in procs:
                 await pools[transport].add(p.address)
         samplers = {}
+        before = dataclasses.replace(next(iter(pools.values())).counters)  # a copy: the pool adds to its own
         for transport, pool in pools.items():
             for pipeline in pipelines:
                 runner = PolicyRunner(pool.observation_space, pool.action_space, (64, 64), seed=0)
@@ -79,11 +95,15 @@ async def measure(
                     pipeline=pipeline,
                 )  # fmt: skip
                 await samplers[pipeline, transport].sample()  # warm-up
+        floor = _floor(next(iter(pools.values())), before, sizes, step_latency_s or DEFAULT_STEP_LATENCY_S)
         rows: dict[tuple, list[dict]] = {variant: [] for variant in samplers}
-        for _ in range(iterations):
-            for variant, sampler in samplers.items():
-                batch, stats = await sampler.sample()
-                rows[variant].append(_row(slots, batch, stats))
+        floors = []
+        async with floor:
+            for _ in range(iterations):
+                for variant, sampler in samplers.items():
+                    batch, stats = await sampler.sample()
+                    rows[variant].append(_row(slots, batch, stats))
+                floors.append(await floor.run(FLOOR_STEPS))
         profiled = {}
         if profile:
             for (pipeline, transport), sampler in samplers.items():
@@ -94,10 +114,34 @@ async def measure(
             await pool.close()
         for p in procs:
             p.stop()
+    floor_summary = {
+        "share": statistics.median(f.share for f in floors),
+        "raw": statistics.median(f.raw for f in floors),
+        "latency_ms": statistics.median(f.latency_s for f in floors) * 1e3,
+        "compute_ms": floor.compute_s * 1e3,
+    }
     return [
         _summary(slots, servers, pipeline, transport, rows[pipeline, transport], profiled.get((pipeline, transport)))
+        | {"floor": floor_summary}
         for pipeline, transport in samplers
     ]
+
+
+def _floor(pool: SimulatorPool, before: PoolCounters, sizes: list[int], latency_s: float) -> LoopFloor:
+    """The closed-loop floor's probe for this configuration: as many servers and slots, the compute
+    the real servers reported during the warm-up, messages of the real ones' size."""
+    calls = pool.counters.since(before)
+    compute_s = min(calls.step_compute_s / max(calls.step_calls, 1), latency_s)
+    obs, act = pool.observation_space, pool.action_space
+    obs_bytes = math.prod(obs.shape) * np.dtype(obs.dtype).itemsize
+    act_bytes = math.prod(act.shape) * (8 if act.kind == "discrete" else 4)
+    return LoopFloor(
+        sizes,
+        compute_s=compute_s,
+        latency_s=latency_s,
+        request_bytes=max(sizes) * (act_bytes + 2) + 16,  # actions, slot ids and framing, as a StepRequest has
+        answer_bytes_per_slot=obs_bytes + 8,  # observation, reward, flags and slot id
+    )
 
 
 def _row(slots: int, batch: dict, stats) -> dict:
@@ -166,25 +210,39 @@ async def main(args: argparse.Namespace) -> None:
             )  # fmt: skip
     out = io.StringIO()
     print = functools.partial(builtins.print, file=_Tee(out))  # noqa: A001  (the report also goes to --out)
+    latency_ms = (args.step_latency_s or DEFAULT_STEP_LATENCY_S) * 1e3
     print(
-        f"fast mode, step-only preset ({(args.step_latency_s or 0.0016) * 1e3:g} ms step, free resets), "
+        f"fast mode, step-only preset ({latency_ms:g} ms step, free resets), "
         f"alpha={args.alpha} t_max={args.t_max}, "
         f"{args.samples} valid samples/iteration, medians of {args.iterations} iterations"
     )
     print(
         f"{'slots':>5} {'servers':>7} {'pipelined':>9} {'transport':>9} {'latency ms':>10} {'ideal/s':>9} {'raw/s':>8} "
-        f"{'raw/ideal':>9} {'eff/s':>8} {'eff/ideal':>9} {'eta':>5} {'step ms':>7} {'ahead':>5}  "
-        "per-step split ms (stepping inference transport waiting resetting)"
+        f"{'raw/ideal':>9} {'floor':>6} {'raw/floor':>9} {'eff/s':>8} {'eff/ideal':>9} {'eta':>5} {'step ms':>7} "
+        f"{'ahead':>5}  per-step split ms (stepping inference transport waiting resetting)"
     )
     for r in results:
         sp = r["split"]
         print(
             f"{r['slots']:>5} {r['servers']:>7} {'yes' if r['pipeline'] else 'no':>9} {r['transport']:>9} "
             f"{r['latency_ms']:>10.2f} "
-            f"{r['ideal']:>9.0f} {r['raw']:>8.0f} {r['raw'] / r['ideal']:>9.3f} {r['effective']:>8.0f} "
+            f"{r['ideal']:>9.0f} {r['raw']:>8.0f} {r['raw'] / r['ideal']:>9.3f} {r['floor']['share']:>6.3f} "
+            f"{r['raw'] / r['ideal'] / r['floor']['share']:>9.3f} {r['effective']:>8.0f} "
             f"{r['effective'] / r['ideal']:>9.3f} {r['validity']:>5.2f} {r['step_ms']:>7.2f} {r['ahead']:>5.2f}  "
             f"{sp['stepping']:.2f} {sp['inference']:.2f} {sp['transport']:.2f} "
             f"{sp['waiting']:.2f} {sp['resetting']:.2f}"
+        )
+    print(
+        "floor: the closed-loop floor's share of its ideal (jobs/bench/loop_floor.py: as many probe server processes "
+        "and slots,\nthe servers' measured compute spun, the rest of the step latency waited as they wait, "
+        "answers of the same size,\nno inference, encoding or checks), measured between the broker's iterations; "
+        "raw/floor: the broker's share over the floor's"
+    )
+    for (slots, servers), r in {(r["slots"], r["servers"]): r for r in results}.items():
+        f = r["floor"]
+        print(
+            f"  {slots} slots x {servers} servers: floor {f['raw']:.0f} raw/s at {f['latency_ms']:.2f} ms a step "
+            f"(compute {f['compute_ms']:.2f} ms), {f['share']:.3f} of its ideal"
         )
     if profile:
         print_profiles(results, profile, print)

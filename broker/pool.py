@@ -149,6 +149,7 @@ class PoolCounters:
 
     step_calls: int = 0
     step_server_s: float = 0.0  # compute + emulated of each answered Step call, summed (queueing apart)
+    step_compute_s: float = 0.0  # of which the servers' own compute (their env's step)
     reset_calls: int = 0
     reset_slots: int = 0
     map_loads: int = 0  # reset slots that loaded their map from scratch (servers that count them)
@@ -412,6 +413,7 @@ class SimulatorPool:
             out.server_s = max(out.server_s, t.compute_s + t.emulated_s + t.queued_s)
             self.counters.step_calls += 1
             self.counters.step_server_s += t.compute_s + t.emulated_s
+            self.counters.step_compute_s += t.compute_s
             server.bad_answers = 0  # a good Step answer: it works again
 
         if len(groups) == 1:  # one server (the pipelined rounds' calls): no gather, no task of its own

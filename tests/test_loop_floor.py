@@ -1,0 +1,63 @@
+"""The closed-loop floor probe (jobs/bench/loop_floor.py): real probe server processes over Unix sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobs.bench.loop_floor import LoopFloor
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.timeout(60)
+def test_the_floor_steps_every_server_in_lock_step_and_cleans_up() -> None:
+    async def go():
+        floor = LoopFloor([2, 3], compute_s=0.0002, latency_s=0.002, request_bytes=40, answer_bytes_per_slot=100)
+        async with floor:
+            where = floor._where
+            processes = list(floor._processes)
+            first = await floor.run(30, warmup_steps=2)
+            second = await floor.run(10, warmup_steps=0)  # runs again on the same servers
+        return first, second, where, processes
+
+    first, second, where, processes = asyncio.run(go())
+    assert (first.servers, first.slots, first.steps, second.steps) == (2, 5, 30, 10)
+    # Every step waits for the slower server, whose own time is the latency it emulates.
+    assert 0.0018 <= first.latency_s < 0.05
+    # A closed loop never beats slots / latency (a little slack for the servers' own clock).
+    assert 0 < first.share <= 1.05 and 0 < second.share <= 1.05
+    assert all(p.poll() is not None for p in processes)  # every probe server stopped
+    assert where is not None and not where.exists()  # its sockets' directory removed
+
+
+def test_the_floor_refuses_costs_and_shapes_that_make_no_sense() -> None:
+    with pytest.raises(ValueError, match="compute_s must be between 0 and latency_s"):
+        LoopFloor([1], compute_s=0.003, latency_s=0.002, request_bytes=1, answer_bytes_per_slot=1)
+    with pytest.raises(ValueError, match="latency_s must be positive"):
+        LoopFloor([1], compute_s=0.0, latency_s=0.0, request_bytes=1, answer_bytes_per_slot=1)
+    with pytest.raises(ValueError, match="slots_per_server"):
+        LoopFloor([2, 0], compute_s=0.0, latency_s=0.001, request_bytes=1, answer_bytes_per_slot=1)
+    with pytest.raises(ValueError, match="must not be negative"):
+        LoopFloor([1], compute_s=0.0, latency_s=0.001, request_bytes=-1, answer_bytes_per_slot=1)
+    floor = LoopFloor([1], compute_s=0.0, latency_s=0.001, request_bytes=1, answer_bytes_per_slot=1)
+    with pytest.raises(RuntimeError, match="outside `async with`"):
+        asyncio.run(floor.run(5))
+
+
+def test_a_probe_server_refuses_bad_costs_naming_the_flag(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "jobs.bench.loop_floor", "--socket", str(tmp_path / "s.sock")]
+        + ["--compute-s", "0.01", "--latency-s", "0.002", "--answer-bytes", "8"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "compute_s must be between 0 and latency_s" in done.stderr
+    assert not (tmp_path / "s.sock").exists()
