@@ -424,7 +424,7 @@ def write_report(result: dict, out_dir: Path) -> None:
         title = f"external simulators, {slots} slots"
     else:
         costs = (
-            "no emulated simulator cost: the workload's own compute and the gRPC transport"
+            "no emulated simulator cost: the workload's own compute and the transport (local step sockets by default)"
             if cfg["preset"] == "off"
             else "simulator costs **emulated**, docs/cost_model.md"
         )
