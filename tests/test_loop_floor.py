@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -61,3 +62,25 @@ def test_a_probe_server_refuses_bad_costs_naming_the_flag(tmp_path: Path) -> Non
     assert done.returncode == 2
     assert "compute_s must be between 0 and latency_s" in done.stderr
     assert not (tmp_path / "s.sock").exists()
+
+
+@pytest.mark.timeout(240)
+def test_broker_overhead_reports_the_floor_beside_the_broker(tmp_path: Path) -> None:
+    """The benchmark as a user runs it (smallest settings): every row carries the floor measured beside it."""
+    done = subprocess.run(
+        [sys.executable, "benchmarks/broker_overhead.py", "--iterations", "1", "--samples", "200"]
+        + ["--servers", "1", "--pipeline", "off", "--transport", "local", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=220,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    results = json.loads((tmp_path / "overhead.json").read_text())["results"]
+    assert [(r["slots"], r["servers"]) for r in results] == [(10, 1), (30, 1)]
+    for r in results:
+        floor = r["floor"]
+        assert 0 < floor["share"] <= 1.05 and floor["raw"] > 0
+        assert 0 < floor["compute_ms"] <= 1.6  # the servers' reported compute, capped at the step latency
+    report = (tmp_path / "overhead.txt").read_text()
+    assert "raw/floor" in report and "closed-loop floor" in report
