@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fast.lifecycle import PARENT_ENV, exit_with_parent
+from jobs.processes import ServiceProcess
 from sim_server.precise_wait import precise_wait
 
 _REQUEST = struct.Struct("<I")  # payload length, then the payload (the actions' bytes)
@@ -106,16 +107,6 @@ def _start(path: Path, compute_s: float, latency_s: float, answer_bytes: int) ->
         return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
-
-
 async def _wait_for_socket(path: Path, process: subprocess.Popen) -> None:
     deadline = time.monotonic() + _START_TIMEOUT_S
     while not path.exists():
@@ -172,7 +163,7 @@ class LoopFloor:
         for _, writer in self._streams:
             writer.close()
         for process in self._processes:
-            _stop(process)
+            ServiceProcess("loop-floor", process, "").stop(timeout_s=5)  # SIGTERM, then SIGKILL
         if self._where is not None:
             shutil.rmtree(self._where, ignore_errors=True)
         self._streams, self._processes, self._where = [], [], None
