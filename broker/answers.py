@@ -74,13 +74,15 @@ def step_problem(reply: StepReply, asked: np.ndarray, space: SpaceSpec) -> str:
     if not np.isfinite(reply.rewards).all():
         j = int(np.flatnonzero(~np.isfinite(reply.rewards))[0])
         return f"rewards: slot {int(asked[j])} has reward {reply.rewards[j].item()}; rewards must be finite"
+    done = reply.terminated | reply.truncated
+    if not done.any():  # the usual step: no episode ended, so no summary may come
+        return _episodes_problem(reply.episodes, {}) if reply.episodes else _timing_problem(reply.timing)
     both = np.flatnonzero(reply.terminated & reply.truncated)
     if both.size:
         return (
             f"terminated/truncated: slot {int(asked[both[0]])} is both terminated and truncated; "
             "at most one may be true"
         )
-    done = reply.terminated | reply.truncated
     ended = dict(zip(asked[done].tolist(), reply.terminated[done].tolist()))  # slot -> terminated
     return _episodes_problem(reply.episodes, ended) or _timing_problem(reply.timing)
 
@@ -95,7 +97,7 @@ def _request_id_problem(reply: StepReply) -> str:
 
 
 def _slots_problem(answered: np.ndarray, asked: np.ndarray) -> str:
-    if answered.shape != asked.shape or not np.array_equal(answered, asked):
+    if answered.shape != asked.shape or not (answered == asked).all():
         return (
             f"slot_ids: answered {quote(answered.tolist())} for {quote(asked.tolist())}; "
             "they must be those asked, in order"
@@ -110,7 +112,7 @@ def _observations_problem(observations: np.ndarray, k: int, space: SpaceSpec) ->
             f"observations: expected shape {list(expected)} of {np.dtype(space.dtype).name}, got shape "
             f"{quote(list(observations.shape))} of {observations.dtype.name}"
         )
-    if space.kind == "box" and observations.dtype.kind == "f":
+    if space.kind == "box" and observations.dtype.kind == "f" and not np.isfinite(observations).all():
         bad = ~np.isfinite(observations.reshape(k, -1)).all(axis=1)
         if bad.any():
             return f"observations: {int(bad.sum())} of {k} hold NaN or inf, first at position {int(np.argmax(bad))}"

@@ -80,6 +80,7 @@ class PolicyRunner:
         if self.action_space.kind == "box":
             self._actor = layers(self.policy.actor_mean)
             self._log_std = self.policy.actor_logstd.detach().numpy()[0].copy()  # [action_dim]
+            self._std = np.exp(self._log_std)
 
     def _flat(self, obs: np.ndarray) -> np.ndarray:
         """obs [k, *obs_shape] as the network's input [k, flat]: flattened, normalised when the policy is."""
@@ -124,7 +125,7 @@ class PolicyRunner:
         flat = self._flat(obs)
         mean = self._forward(self._actor, flat)  # [k, action_dim]
         noise = self._noise_source(stream).standard_normal(mean.shape, dtype=np.float32)
-        actions = (mean + np.exp(self._log_std) * noise).astype(np.float32).reshape(-1, *self.action_space.shape)
+        actions = (mean + self._std * noise).astype(np.float32, copy=False).reshape(-1, *self.action_space.shape)
         # log N(a; mean, std) summed over independent dims, with (a - mean) / std = noise.
         logprob = (-0.5 * noise * noise - self._log_std - _HALF_LOG_2PI).sum(-1).astype(np.float32)
         value = self._forward(self._critic, flat)[:, 0].astype(np.float32)
@@ -169,4 +170,5 @@ class PolicyRunner:
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         if self.action_space.kind == "discrete":
             return actions.astype(np.int64, copy=False)
-        return np.clip(actions, self._low, self._high).astype(self.action_space.dtype, copy=False)
+        # minimum(maximum()) is np.clip's result (NaN stays NaN) without its Python wrappers.
+        return np.minimum(np.maximum(actions, self._low), self._high).astype(self.action_space.dtype, copy=False)

@@ -32,6 +32,7 @@ _PROTO_TO_NUMPY: dict[int, np.dtype] = {
     pb.DTYPE_UINT8: np.dtype("u1"),
 }
 _NUMPY_TO_PROTO: dict[np.dtype, int] = {dt.newbyteorder("="): code for code, dt in _PROTO_TO_NUMPY.items()}
+_NATIVE: dict[int, np.dtype] = {code: dt.newbyteorder("=") for code, dt in _PROTO_TO_NUMPY.items()}
 
 
 class TensorError(ValueError):
@@ -57,9 +58,13 @@ def dtype_from_proto(code: int, *, field: str = "tensor") -> np.dtype:
 
 def to_proto(array: np.ndarray) -> pb.Tensor:
     array = np.asarray(array)
-    code = dtype_to_proto(array.dtype)
+    code = _NUMPY_TO_PROTO.get(array.dtype)  # the usual case: a native dtype, one dict lookup
+    if code is None:
+        code = dtype_to_proto(array.dtype)  # another byte order of a known dtype, or a TensorError
     wire = _PROTO_TO_NUMPY[code]
-    return pb.Tensor(dtype=code, shape=array.shape, data=np.ascontiguousarray(array, dtype=wire).tobytes())
+    # tobytes() writes C order whatever the array's layout; a cast only where the bytes differ.
+    data = (array if array.dtype == wire else array.astype(wire)).tobytes()
+    return pb.Tensor(dtype=code, shape=array.shape, data=data)
 
 
 def check_shape(shape, *, field: str, minimum: int = 0) -> tuple[int, ...]:
@@ -68,15 +73,16 @@ def check_shape(shape, *, field: str, minimum: int = 0) -> tuple[int, ...]:
     TensorError naming `field` (and quoting the shape, bounded) otherwise."""
     if len(shape) > MAX_DIMS:
         raise TensorError(f"{field} has {len(shape)} dimensions; at most {MAX_DIMS} are supported")
-    shape = tuple(int(d) for d in shape)
-    bad = [d for d in shape if not minimum <= d <= MAX_DIM]
-    if bad:
-        what = "a negative" if bad[0] < 0 else ("a zero" if bad[0] < minimum else "an absurd")
+    shape = tuple(map(int, shape))
+    if shape and (min(shape) < minimum or max(shape) > MAX_DIM):
+        bad = next(d for d in shape if not minimum <= d <= MAX_DIM)
+        what = "a negative" if bad < 0 else ("a zero" if bad < minimum else "an absurd")
         raise TensorError(
-            f"{field} {quote(list(shape))} has {what} dimension ({bad[0]}); every dimension must lie in "
+            f"{field} {quote(list(shape))} has {what} dimension ({bad}); every dimension must lie in "
             f"[{minimum}, {MAX_DIM}]"
         )
-    if math.prod(d for d in shape if d) > MAX_ELEMENTS:
+    # Python ints: exact, never wrap around. A zero dimension counts as one here.
+    if (math.prod(shape) or math.prod(d for d in shape if d)) > MAX_ELEMENTS:
         raise TensorError(
             f"{field} {quote(list(shape))} is absurd: its dimensions multiply to more than {MAX_ELEMENTS:,}"
         )
@@ -90,13 +96,16 @@ def from_proto(tensor: pb.Tensor, *, field: str = "tensor") -> np.ndarray:
         dtype_from_proto(tensor.dtype, field=field)  # raises with the message
     shape = check_shape(tensor.shape, field=f"{field}.shape")
     count = math.prod(shape)  # a Python int: exact, never wraps around
-    if count * wire.itemsize != len(tensor.data):
+    data = tensor.data
+    if count * wire.itemsize != len(data):
         raise TensorError(
             f"{field}: shape {quote(list(shape))} of {wire.name} needs {count * wire.itemsize} bytes, "
-            f"data has {len(tensor.data)}"
+            f"data has {len(data)}"
         )
-    array = np.frombuffer(tensor.data, dtype=wire)
-    if wire.kind == "b" and count and np.frombuffer(tensor.data, dtype=np.uint8).max() > 1:
-        # numpy would keep the other byte values as "true" that compare unequal to True.
+    # numpy would keep bool bytes other than 0 and 1 as "true" values that compare unequal to
+    # True; deleting the bytes 0 and 1 leaves nothing from good data (no array needed to tell).
+    if wire.kind == "b" and data.translate(None, b"\x00\x01"):
         raise TensorError(f"{field}: BOOL data holds bytes other than 0 and 1")
-    return array.reshape(shape).astype(wire.newbyteorder("="), copy=True)
+    array = np.frombuffer(data, dtype=wire).reshape(shape)
+    native = _NATIVE[tensor.dtype]
+    return array.copy() if native == wire else array.astype(native)

@@ -16,13 +16,14 @@ from sim_server.errors import ErrorKind, SimError
 def check_slot_ids(slot_ids: np.ndarray, num_slots: int) -> None:
     if slot_ids.size == 0:
         raise SimError(ErrorKind.INVALID_ARGUMENT, "slot_ids is empty; name at least one slot")
-    unknown = slot_ids[(slot_ids < 0) | (slot_ids >= num_slots)]
-    if unknown.size:
+    if slot_ids.min() < 0 or slot_ids.max() >= num_slots:
+        unknown = slot_ids[(slot_ids < 0) | (slot_ids >= num_slots)]
         raise SimError(
             ErrorKind.NOT_FOUND, f"slot {int(unknown[0])} does not exist; this server has slots 0..{num_slots - 1}"
         )
-    uniq, counts = np.unique(slot_ids, return_counts=True)
-    if (counts > 1).any():
+    # In range now, so a count per slot finds a repeat in one pass (np.unique sorts).
+    if np.bincount(slot_ids, minlength=0).max() > 1:
+        uniq, counts = np.unique(slot_ids, return_counts=True)
         raise SimError(ErrorKind.INVALID_ARGUMENT, f"slot {int(uniq[counts > 1][0])} appears twice in slot_ids")
 
 
@@ -66,7 +67,12 @@ def check_actions(slot_ids: np.ndarray, actions: np.ndarray, space: SpaceSpec) -
                 f"slot {int(slot_ids[j])}: action {int(flat[j, 0])} is outside the discrete space [0, {space.n})",
             )
         return
-    if np.issubdtype(flat.dtype, np.floating):
+    low, high, finite_bounds = _flat_bounds(space)
+    # One pass for the usual, good request: NaN fails both comparisons, and an infinity passes
+    # only bounds that are infinite themselves (then the finiteness check below names it).
+    if finite_bounds and ((flat >= low) & (flat <= high)).all():
+        return
+    if flat.dtype.kind == "f":
         nonfinite = np.flatnonzero(~np.isfinite(flat).all(axis=1))
         if nonfinite.size:
             j = int(nonfinite[0])
@@ -75,8 +81,6 @@ def check_actions(slot_ids: np.ndarray, actions: np.ndarray, space: SpaceSpec) -
                 f"slot {int(slot_ids[j])}: action {quote(flat[j].tolist())} is not finite; send finite values "
                 f"of shape {list(space.shape)}",
             )
-    low = np.broadcast_to(space.low, space.shape).reshape(-1)
-    high = np.broadcast_to(space.high, space.shape).reshape(-1)
     outside = (flat < low) | (flat > high)
     rows = np.flatnonzero(outside.any(axis=1))
     if rows.size:
@@ -87,3 +91,16 @@ def check_actions(slot_ids: np.ndarray, actions: np.ndarray, space: SpaceSpec) -
             f"slot {int(slot_ids[j])}: action element {k} = {flat[j, k].item()} is outside its bounds "
             f"[{low[k].item()}, {high[k].item()}]; clip actions to the action space",
         )
+
+
+def _flat_bounds(space: SpaceSpec) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The Box's bounds flattened to the action's element count, and whether both are finite;
+    kept on the space after the first call (a server's action space never changes, and each
+    Step would otherwise broadcast and copy them)."""
+    bounds = space.__dict__.get("_flat_bounds")
+    if bounds is None:
+        low = np.broadcast_to(space.low, space.shape).reshape(-1)
+        high = np.broadcast_to(space.high, space.shape).reshape(-1)
+        bounds = (low, high, bool(np.isfinite(low).all() and np.isfinite(high).all()))
+        object.__setattr__(space, "_flat_bounds", bounds)  # a cache, not a field: equality is unchanged
+    return bounds
