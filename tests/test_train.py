@@ -193,6 +193,58 @@ def test_train_killed_with_sigkill_leaves_no_process_behind(tmp_path: Path) -> N
     assert max(versions) >= 1
 
 
+# A job that starts `fast train` with FAST_PARENT_PID (as `fast bench train` does) and its output
+# in a file, not a pipe: nothing breaks for the run when the job dies, unless it watches the job.
+_PARENT_JOB = """
+import os, subprocess, sys, time
+runs, log, *args = sys.argv[1:]
+with open(log, "w") as out:
+    child = subprocess.Popen(
+        [sys.executable, "-m", "fast", "train", "--runs-dir", runs, "--name", "orphan", *args],
+        stdout=out, stderr=subprocess.STDOUT,
+        env={**os.environ, "FAST_PARENT_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"},
+    )
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_train_started_by_a_job_stops_gracefully_when_the_job_is_killed(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    job = subprocess.Popen(
+        [sys.executable, "-c", _PARENT_JOB, str(tmp_path), str(log), "--iterations", "1000", *TINY],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    train_pid = int(job.stdout.readline())
+    run_dir = tmp_path / "orphan"
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while not ((run_dir / "metrics.jsonl").is_file() and (run_dir / "metrics.jsonl").read_text().count("\n") >= 1):
+            assert _running(train_pid) and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        pids = {"train": train_pid, **_all_recorded(run_dir)}
+        job.kill()  # SIGKILL: the job stops nobody
+        job.communicate(timeout=10)
+        deadline = time.monotonic() + 60
+        while any(_running(pid) for pid in pids.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = [f"{name} (pid {pid})" for name, pid in pids.items() if _running(pid)]
+        assert not left, f"still running 60 s after the job that started fast train was killed: {', '.join(left)}"
+        # Its SIGTERM path, not a crash: the stop is announced and the iteration reached is checkpointed.
+        assert "SIGTERM received: stopping" in log.read_text(), log.read_text()[-3000:]
+        versions = [int(p.stem.split("-")[1]) for p in (run_dir / "checkpoints").glob("ckpt-*.pt")]
+        assert max(versions) >= 1
+    finally:
+        for pid in [train_pid, *recorded_pids(run_dir).values()] if (run_dir / "config.yaml").exists() else [train_pid]:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+
+
 def test_train_refuses_a_used_run_directory(tmp_path: Path) -> None:
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "metrics.jsonl").write_text("")

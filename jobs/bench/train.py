@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from broker.dealer import HOLDOUT_EVERY
+from fast.lifecycle import PARENT_ENV
 from fast.rpc import Credentials
 from jobs.bench.harness import MODES
 from jobs.bench.learning_curve import evaluate_checkpoints, time_to_target
@@ -258,7 +259,8 @@ def _train_and_evaluate(
     name = _run_name(mode, seed)
     run_dir = runs_dir / name
     base, *features = mode.split("+")
-    env = {**os.environ, **{FEATURES[f]: "true" for f in features}}
+    # FAST_PARENT_PID: the run stops (gracefully) when this benchmark does, however it ends.
+    env = {**os.environ, **{FEATURES[f]: "true" for f in features}, PARENT_ENV: str(os.getpid())}
     simulators = (
         ["--simulators", ",".join(cfg.simulators)]
         if cfg.simulators

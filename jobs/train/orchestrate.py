@@ -28,6 +28,7 @@ from rich.console import Console
 
 from broker.dealer import HOLDOUT_EVERY
 from broker.wire import metrics_from_proto
+from fast.lifecycle import exit_with_parent
 from jobs import processes
 from jobs.external import EXTERNAL_WAIT_S, ExternalSimulatorError, ExternalSimulators, check_simulators
 from jobs.tokens import JobToken, write_job_token
@@ -415,6 +416,9 @@ def train(cfg: TrainConfig, console: Console | None = None) -> int:
             raise TrainError(str(exc)) from None
     signals = _Signals()
     signals.install()
+    # Started by a FAST job (`fast bench train`): once that job is gone, even SIGKILLed, stop as on
+    # SIGTERM (the stack stopped in order, the last iteration checkpointed) instead of running on.
+    exit_with_parent()
     run = TrainingRun(cfg, console, signals, external)
     clock = time.perf_counter()
     timings: dict[str, float] = {}
