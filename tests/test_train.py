@@ -164,6 +164,19 @@ def _running(pid: int) -> bool:
         return False
 
 
+def _left_running(pids: dict[str, int], *, within_s: float) -> list[str]:
+    """Wait up to `within_s` for every process to end; those still running, which are then SIGKILLed
+    (never left behind, even when the caller's assertion fails)."""
+    deadline = time.monotonic() + within_s
+    while any(_running(pid) for pid in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [f"{name} (pid {pid})" for name, pid in pids.items() if _running(pid)]
+    for pid in pids.values():
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
+    return left
+
+
 @pytest.mark.slow
 def test_train_killed_with_sigkill_leaves_no_process_behind(tmp_path: Path) -> None:
     process = fast_train(tmp_path, "killed", "--iterations", "1000", *TINY)
@@ -180,13 +193,7 @@ def test_train_killed_with_sigkill_leaves_no_process_behind(tmp_path: Path) -> N
 
     process.kill()  # SIGKILL: fast train stops nobody
     process.communicate(timeout=10)
-    deadline = time.monotonic() + 60
-    while any(_running(pid) for pid in pids.values()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = [f"{name} (pid {pid})" for name, pid in pids.items() if _running(pid)]
-    for pid in pids.values():  # never leave one behind, even when the assertion below fails
-        if _running(pid):
-            os.kill(pid, signal.SIGKILL)
+    left = _left_running(pids, within_s=60)
     assert not left, f"still running 60 s after fast train was SIGKILLed: {', '.join(left)}"
     # They stopped through their SIGTERM path: the learner wrote a final checkpoint past version 0.
     versions = [int(p.stem.split("-")[1]) for p in (run_dir / "checkpoints").glob("ckpt-*.pt")]
@@ -227,10 +234,7 @@ def test_train_started_by_a_job_stops_gracefully_when_the_job_is_killed(tmp_path
         pids = {"train": train_pid, **_all_recorded(run_dir)}
         job.kill()  # SIGKILL: the job stops nobody
         job.communicate(timeout=10)
-        deadline = time.monotonic() + 60
-        while any(_running(pid) for pid in pids.values()) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        left = [f"{name} (pid {pid})" for name, pid in pids.items() if _running(pid)]
+        left = _left_running(pids, within_s=60)
         assert not left, f"still running 60 s after the job that started fast train was killed: {', '.join(left)}"
         # Its SIGTERM path, not a crash: the stop is announced and the iteration reached is checkpointed.
         assert "SIGTERM received: stopping" in log.read_text(), log.read_text()[-3000:]
