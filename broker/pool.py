@@ -224,7 +224,8 @@ class SimulatorPool:
 
     def up_mask(self) -> np.ndarray:
         """[N] bool: the slot's server is up."""
-        return np.array([self.servers[s].up for s in self.slot_server], dtype=bool)
+        up = np.fromiter((server.up for server in self.servers), dtype=bool, count=len(self.servers))
+        return up[self.slot_server]  # a few servers looked at, not every slot
 
     async def add(self, address: str) -> ServerHandle:
         """Connect to a server and give it the next global slot ids; its spaces must match the pool's."""
@@ -362,6 +363,8 @@ class SimulatorPool:
 
     def _by_server(self, slots: np.ndarray) -> dict[int, np.ndarray]:
         """Positions into `slots`, grouped by the server of each slot."""
+        if len(self.servers) == 1:  # every slot is the one server's: no sort, no search
+            return {0: np.arange(slots.size)} if slots.size else {}
         owners = self.slot_server[slots]
         return {int(s): np.flatnonzero(owners == s) for s in np.unique(owners)}
 
