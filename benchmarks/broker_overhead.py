@@ -27,6 +27,10 @@ the driver wakes on the answers. So each configuration also measures the closed-
 slots, doing per step only the servers' measured compute and the rest of the latency's wait, and
 a driver that does nothing but write and read. Its share of its ideal is what this machine
 allows; `raw/floor` is the broker's share over it, the part of the gap that is the broker's own.
+A last table gives the CPU each side burns per lock-step step (user and system time of every
+thread: this process's clock for the broker and the floor's driver, /proc for the servers and the
+probes), the measure that a loaded machine disturbs least: on two cores a process's CPU per step,
+not its wall time, is what the others wait for.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -55,7 +60,7 @@ from broker.policy_runner import PolicyRunner  # noqa: E402
 from broker.pool import PoolCounters, SimulatorPool  # noqa: E402
 from broker.samplers import make_sampler  # noqa: E402
 from jobs.bench import hot_path  # noqa: E402
-from jobs.bench.loop_floor import LoopFloor  # noqa: E402
+from jobs.bench.loop_floor import LoopFloor, processes_cpu_s  # noqa: E402
 from jobs.processes import start_service  # noqa: E402
 from sim_server.cost_model import PRESETS  # noqa: E402
 
@@ -99,10 +104,13 @@ async def measure(
         rows: dict[tuple, list[dict]] = {variant: [] for variant in samplers}
         floors = []
         async with floor:
+            pids = [p.pid for p in procs]
             for _ in range(iterations):
                 for variant, sampler in samplers.items():
+                    cpu_before, servers_before = time.process_time(), processes_cpu_s(pids)
                     batch, stats = await sampler.sample()
-                    rows[variant].append(_row(slots, batch, stats))
+                    cpu = (time.process_time() - cpu_before, processes_cpu_s(pids) - servers_before)
+                    rows[variant].append(_row(slots, batch, stats, cpu))
                 floors.append(await floor.run(FLOOR_STEPS))
         profiled = {}
         if profile:
@@ -119,6 +127,8 @@ async def measure(
         "raw": statistics.median(f.raw for f in floors),
         "latency_ms": statistics.median(f.latency_s for f in floors) * 1e3,
         "compute_ms": floor.compute_s * 1e3,
+        "driver_cpu_ms": statistics.median(f.driver_cpu_s for f in floors) * 1e3,
+        "servers_cpu_ms": statistics.median(f.servers_cpu_s for f in floors) * 1e3,
     }
     return [
         _summary(slots, servers, pipeline, transport, rows[pipeline, transport], profiled.get((pipeline, transport)))
@@ -144,7 +154,8 @@ def _floor(pool: SimulatorPool, before: PoolCounters, sizes: list[int], latency_
     )
 
 
-def _row(slots: int, batch: dict, stats) -> dict:
+def _row(slots: int, batch: dict, stats, cpu_s: tuple[float, float]) -> dict:
+    """One iteration's figures; `cpu_s`: the CPU seconds this process (the broker) and the servers used in it."""
     steps = batch["valid_mask"].shape[0]
     latency = stats.step_server_s / steps  # what the servers measured per step call
     s = stats.summary()
@@ -157,6 +168,8 @@ def _row(slots: int, batch: dict, stats) -> dict:
         "per_step_ms": {k: v / steps * 1e3 for k, v in s["time_split_s"].items()},
         "step_ms": stats.wall_s / steps * 1e3,
         "ahead": stats.steps_ahead / steps,  # Step calls started before the row before them was judged, per row
+        "broker_cpu_ms": cpu_s[0] / steps * 1e3,
+        "servers_cpu_ms": cpu_s[1] / steps * 1e3,
     }
 
 
@@ -168,7 +181,20 @@ def _summary(slots: int, servers: int, pipeline: bool, transport: str, rows: lis
         "servers": servers,
         "pipeline": pipeline,
         "transport": transport,
-        **{key: med(key) for key in ("latency_ms", "ideal", "raw", "effective", "validity", "step_ms", "ahead")},
+        **{
+            key: med(key)
+            for key in (
+                "latency_ms",
+                "ideal",
+                "raw",
+                "effective",
+                "validity",
+                "step_ms",
+                "ahead",
+                "broker_cpu_ms",
+                "servers_cpu_ms",
+            )
+        },  # fmt: skip
         "split": split,
         "profile": profiled,
     }
@@ -243,6 +269,18 @@ async def main(args: argparse.Namespace) -> None:
         print(
             f"  {slots} slots x {servers} servers: floor {f['raw']:.0f} raw/s at {f['latency_ms']:.2f} ms a step "
             f"(compute {f['compute_ms']:.2f} ms), {f['share']:.3f} of its ideal"
+        )
+    print(
+        "CPU per lock-step step, ms (user + system, every thread; medians): the broker (this process) and all "
+        "simulator servers together,\nbeside the floor's driver and probe servers (the same work but for inference, "
+        "encoding, checks and bookkeeping)"
+    )
+    print(f"{'slots':>5} {'servers':>7} {'pipelined':>9} {'broker':>7} {'driver':>7} {'servers':>8} {'probes':>7}")
+    for r in results:
+        f = r["floor"]
+        print(
+            f"{r['slots']:>5} {r['servers']:>7} {'yes' if r['pipeline'] else 'no':>9} {r['broker_cpu_ms']:>7.2f} "
+            f"{f['driver_cpu_ms']:>7.2f} {r['servers_cpu_ms']:>8.2f} {f['servers_cpu_ms']:>7.2f}"
         )
     if profile:
         print_profiles(results, profile, print)

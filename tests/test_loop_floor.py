@@ -32,6 +32,8 @@ def test_the_floor_steps_every_server_in_lock_step_and_cleans_up() -> None:
     assert 0.0018 <= first.latency_s < 0.05
     # A closed loop never beats slots / latency (a little slack for the servers' own clock).
     assert 0 < first.share <= 1.05 and 0 < second.share <= 1.05
+    # CPU per step: the driver's own (a clock of this process), the servers' from /proc (10 ms ticks).
+    assert 0 < first.driver_cpu_s < first.latency_s * 5 and first.servers_cpu_s >= 0
     assert all(p.poll() is not None for p in processes)  # every probe server stopped
     assert where is not None and not where.exists()  # its sockets' directory removed
 
@@ -82,5 +84,7 @@ def test_broker_overhead_reports_the_floor_beside_the_broker(tmp_path: Path) -> 
         floor = r["floor"]
         assert 0 < floor["share"] <= 1.05 and floor["raw"] > 0
         assert 0 < floor["compute_ms"] <= 1.6  # the servers' reported compute, capped at the step latency
+        assert r["broker_cpu_ms"] > 0 and floor["driver_cpu_ms"] > 0
+        assert r["servers_cpu_ms"] >= 0 and floor["servers_cpu_ms"] >= 0  # /proc counts whole 10 ms ticks
     report = (tmp_path / "overhead.txt").read_text()
-    assert "raw/floor" in report and "closed-loop floor" in report
+    assert "raw/floor" in report and "closed-loop floor" in report and "CPU per lock-step step" in report

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import shutil
 import signal
@@ -54,6 +55,9 @@ class FloorResult:
     steps: int
     latency_s: float  # per step: the slowest server's own time (compute + wait), mean
     raw: float  # slot-steps a second
+    # CPU per step (user + system, every thread): the driver (this process), all probe servers together.
+    driver_cpu_s: float = math.nan
+    servers_cpu_s: float = math.nan
 
     @property
     def ideal(self) -> float:
@@ -189,6 +193,8 @@ class LoopFloor:
         for _ in range(warmup_steps):
             await self._step()
         server_s = []
+        pids = [p.pid for p in self._processes]
+        cpu_before, servers_before = time.process_time(), processes_cpu_s(pids)
         started = time.perf_counter()
         for _ in range(steps):
             server_s.append(await self._step())
@@ -200,7 +206,26 @@ class LoopFloor:
             steps=steps,
             latency_s=statistics.fmean(server_s),
             raw=slots * steps / wall,
+            driver_cpu_s=(time.process_time() - cpu_before) / steps,
+            servers_cpu_s=(processes_cpu_s(pids) - servers_before) / steps,
         )
+
+
+def processes_cpu_s(pids: list[int]) -> float:
+    """The CPU seconds (user + system, all threads) the processes have used so far, together; NaN
+    where /proc cannot tell (not Linux, or one of them is gone)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()  # after the name, which may hold spaces
+        except OSError:
+            return math.nan
+        total += (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
+    return total
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def main(argv: list[str] | None = None) -> None:
