@@ -173,6 +173,13 @@ def _row(slots: int, batch: dict, stats, cpu_s: tuple[float, float]) -> dict:
     }
 
 
+# Per-iteration figures whose median over the iterations a configuration's summary keeps.
+_MEDIANS = (
+    *("latency_ms", "ideal", "raw", "effective", "validity", "step_ms", "ahead"),
+    *("broker_cpu_ms", "servers_cpu_ms"),
+)
+
+
 def _summary(slots: int, servers: int, pipeline: bool, transport: str, rows: list[dict], profiled: dict | None) -> dict:
     med = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
     split = {k: statistics.median(r["per_step_ms"][k] for r in rows) for k in rows[0]["per_step_ms"]}
@@ -181,20 +188,7 @@ def _summary(slots: int, servers: int, pipeline: bool, transport: str, rows: lis
         "servers": servers,
         "pipeline": pipeline,
         "transport": transport,
-        **{
-            key: med(key)
-            for key in (
-                "latency_ms",
-                "ideal",
-                "raw",
-                "effective",
-                "validity",
-                "step_ms",
-                "ahead",
-                "broker_cpu_ms",
-                "servers_cpu_ms",
-            )
-        },  # fmt: skip
+        **{key: med(key) for key in _MEDIANS},
         "split": split,
         "profile": profiled,
     }

@@ -363,10 +363,10 @@ class SimulatorPool:
 
     def _by_server(self, slots: np.ndarray) -> dict[int, np.ndarray]:
         """Positions into `slots`, grouped by the server of each slot."""
-        if len(self.servers) == 1:  # every slot is the one server's: no sort, no search
-            return {0: np.arange(slots.size)} if slots.size else {}
         owners = self.slot_server[slots]
-        return {int(s): np.flatnonzero(owners == s) for s in np.unique(owners)}
+        # One comparison per server (a handful), not np.unique's sort of every slot; servers in order.
+        groups = {s: np.flatnonzero(owners == s) for s in range(len(self.servers))}
+        return {s: positions for s, positions in groups.items() if positions.size}
 
     async def step(self, slots: np.ndarray, env_actions: np.ndarray, *, unary: bool = False) -> PoolStep:
         """Step global `slots` with `env_actions` [k, ...]: one call per server, all concurrent.

@@ -9,6 +9,7 @@ encode it again, and a space it could not use is never stored or passed on.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,6 +34,15 @@ class SpaceSpec:
     low: np.ndarray | None = None
     high: np.ndarray | None = None
     n: int = 0
+
+    @functools.cached_property
+    def flat_bounds(self) -> tuple[np.ndarray, np.ndarray, bool]:
+        """A Box's bounds flattened to its element count, and whether both are finite everywhere.
+
+        Computed once (a space never changes; a server checks every Step's actions against them)."""
+        low = np.broadcast_to(self.low, self.shape).reshape(-1)
+        high = np.broadcast_to(self.high, self.shape).reshape(-1)
+        return low, high, bool(np.isfinite(low).all() and np.isfinite(high).all())
 
 
 def space_to_proto(space: SpaceSpec) -> pb.Space:

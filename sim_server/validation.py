@@ -67,7 +67,7 @@ def check_actions(slot_ids: np.ndarray, actions: np.ndarray, space: SpaceSpec) -
                 f"slot {int(slot_ids[j])}: action {int(flat[j, 0])} is outside the discrete space [0, {space.n})",
             )
         return
-    low, high, finite_bounds = _flat_bounds(space)
+    low, high, finite_bounds = space.flat_bounds
     # One pass for the usual, good request: NaN fails both comparisons, and an infinity passes
     # only bounds that are infinite themselves (then the finiteness check below names it).
     if finite_bounds and ((flat >= low) & (flat <= high)).all():
@@ -91,16 +91,3 @@ def check_actions(slot_ids: np.ndarray, actions: np.ndarray, space: SpaceSpec) -
             f"slot {int(slot_ids[j])}: action element {k} = {flat[j, k].item()} is outside its bounds "
             f"[{low[k].item()}, {high[k].item()}]; clip actions to the action space",
         )
-
-
-def _flat_bounds(space: SpaceSpec) -> tuple[np.ndarray, np.ndarray, bool]:
-    """The Box's bounds flattened to the action's element count, and whether both are finite;
-    kept on the space after the first call (a server's action space never changes, and each
-    Step would otherwise broadcast and copy them)."""
-    bounds = space.__dict__.get("_flat_bounds")
-    if bounds is None:
-        low = np.broadcast_to(space.low, space.shape).reshape(-1)
-        high = np.broadcast_to(space.high, space.shape).reshape(-1)
-        bounds = (low, high, bool(np.isfinite(low).all() and np.isfinite(high).all()))
-        object.__setattr__(space, "_flat_bounds", bounds)  # a cache, not a field: equality is unchanged
-    return bounds
