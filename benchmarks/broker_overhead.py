@@ -26,7 +26,12 @@ the driver wakes on the answers. So each configuration also measures the closed-
 (jobs/bench/loop_floor.py) between the broker's iterations: as many probe server processes and
 slots, doing per step only the servers' measured compute and the rest of the latency's wait, and
 a driver that does nothing but write and read. Its share of its ideal is what this machine
-allows; `raw/floor` is the broker's share over it, the part of the gap that is the broker's own.
+allows; `raw/floor` is the broker's share over it. Between them sits the bare driver
+(jobs/bench/bare_driver.py), also measured between the broker's iterations: the very server
+processes the broker steps, over the same sockets and messages, stepped by a loop that only writes
+fixed actions and reads and decodes the answers, each server on its own. Floor to bare is the
+servers' own per-call work (decoding, checks, building the answer) and its transport; `raw/bare`,
+the broker's raw throughput over the bare driver's on the same servers, is the broker's own part.
 A last table gives the CPU each side burns per lock-step step (user and system time of every
 thread: this process's clock for the broker and the floor's driver, /proc for the servers and the
 probes), the measure that a loaded machine disturbs least: on two cores a process's CPU per step,
@@ -60,12 +65,14 @@ from broker.policy_runner import PolicyRunner  # noqa: E402
 from broker.pool import PoolCounters, SimulatorPool  # noqa: E402
 from broker.samplers import make_sampler  # noqa: E402
 from jobs.bench import hot_path  # noqa: E402
+from jobs.bench.bare_driver import run_bare  # noqa: E402
 from jobs.bench.loop_floor import LoopFloor, processes_cpu_s  # noqa: E402
 from jobs.processes import start_service  # noqa: E402
 from sim_server.cost_model import PRESETS  # noqa: E402
 
 DEFAULT_STEP_LATENCY_S = PRESETS["step-only"].step_latency_s
 FLOOR_STEPS = 300  # lock-step steps of the closed-loop floor per iteration, about as many as a broker iteration's
+BARE_ROWS = 300  # Step calls per server of the bare driver per iteration
 
 
 async def measure(
@@ -102,7 +109,8 @@ async def measure(
                 await samplers[pipeline, transport].sample()  # warm-up
         floor = _floor(next(iter(pools.values())), before, sizes, step_latency_s or DEFAULT_STEP_LATENCY_S)
         rows: dict[tuple, list[dict]] = {variant: [] for variant in samplers}
-        floors = []
+        floors, bares = [], []
+        addresses = [p.address for p in procs]
         async with floor:
             pids = [p.pid for p in procs]
             for _ in range(iterations):
@@ -112,6 +120,9 @@ async def measure(
                     cpu = (time.process_time() - cpu_before, processes_cpu_s(pids) - servers_before)
                     rows[variant].append(_row(slots, batch, stats, cpu))
                 floors.append(await floor.run(FLOOR_STEPS))
+                # The same server processes, stepped by a loop that does nothing else (a sampler's
+                # next iteration starts with a reset of every slot, so the bare driver's resets are harmless).
+                bares.append(await run_bare(addresses, BARE_ROWS))
         profiled = {}
         if profile:
             for (pipeline, transport), sampler in samplers.items():
@@ -130,9 +141,15 @@ async def measure(
         "driver_cpu_ms": statistics.median(f.driver_cpu_s for f in floors) * 1e3,
         "servers_cpu_ms": statistics.median(f.servers_cpu_s for f in floors) * 1e3,
     }
+    bare_summary = {
+        "share": statistics.median(b.share for b in bares),
+        "raw": statistics.median(b.raw for b in bares),
+        "latency_ms": statistics.median(b.latency_s for b in bares) * 1e3,
+        "driver_cpu_ms": statistics.median(b.driver_cpu_s for b in bares) * 1e3,
+    }
     return [
         _summary(slots, servers, pipeline, transport, rows[pipeline, transport], profiled.get((pipeline, transport)))
-        | {"floor": floor_summary}
+        | {"floor": floor_summary, "bare": bare_summary}
         for pipeline, transport in samplers
     ]
 
@@ -238,7 +255,8 @@ async def main(args: argparse.Namespace) -> None:
     )
     print(
         f"{'slots':>5} {'servers':>7} {'pipelined':>9} {'transport':>9} {'latency ms':>10} {'ideal/s':>9} {'raw/s':>8} "
-        f"{'raw/ideal':>9} {'floor':>6} {'raw/floor':>9} {'eff/s':>8} {'eff/ideal':>9} {'eta':>5} {'step ms':>7} "
+        f"{'raw/ideal':>9} {'floor':>6} {'raw/floor':>9} {'bare':>6} {'raw/bare':>8} {'eff/s':>8} {'eff/ideal':>9} "
+        f"{'eta':>5} {'step ms':>7} "
         f"{'ahead':>5}  per-step split ms (stepping inference transport waiting resetting)"
     )
     for r in results:
@@ -247,7 +265,8 @@ async def main(args: argparse.Namespace) -> None:
             f"{r['slots']:>5} {r['servers']:>7} {'yes' if r['pipeline'] else 'no':>9} {r['transport']:>9} "
             f"{r['latency_ms']:>10.2f} "
             f"{r['ideal']:>9.0f} {r['raw']:>8.0f} {r['raw'] / r['ideal']:>9.3f} {r['floor']['share']:>6.3f} "
-            f"{r['raw'] / r['ideal'] / r['floor']['share']:>9.3f} {r['effective']:>8.0f} "
+            f"{r['raw'] / r['ideal'] / r['floor']['share']:>9.3f} {r['bare']['share']:>6.3f} "
+            f"{r['raw'] / r['bare']['raw']:>8.3f} {r['effective']:>8.0f} "
             f"{r['effective'] / r['ideal']:>9.3f} {r['validity']:>5.2f} {r['step_ms']:>7.2f} {r['ahead']:>5.2f}  "
             f"{sp['stepping']:.2f} {sp['inference']:.2f} {sp['transport']:.2f} "
             f"{sp['waiting']:.2f} {sp['resetting']:.2f}"
@@ -256,13 +275,19 @@ async def main(args: argparse.Namespace) -> None:
         "floor: the closed-loop floor's share of its ideal (jobs/bench/loop_floor.py: as many probe server processes "
         "and slots,\nthe servers' measured compute spun, the rest of the step latency waited as they wait, "
         "answers of the same size,\nno inference, encoding or checks), measured between the broker's iterations; "
-        "raw/floor: the broker's share over the floor's"
+        "raw/floor: the broker's share over the floor's;\nbare: the bare driver's share of its ideal "
+        "(jobs/bench/bare_driver.py: the same server processes, sockets and messages, stepped by a loop\nthat "
+        "only writes fixed actions, reads and decodes, each server on its own, resets left out), measured "
+        "between the broker's iterations;\nraw/bare: the broker's raw throughput over the bare driver's on the same "
+        "servers. floor -> bare is the servers' own per-call work; bare -> broker is the broker's"
     )
     for (slots, servers), r in {(r["slots"], r["servers"]): r for r in results}.items():
-        f = r["floor"]
+        f, b = r["floor"], r["bare"]
         print(
             f"  {slots} slots x {servers} servers: floor {f['raw']:.0f} raw/s at {f['latency_ms']:.2f} ms a step "
-            f"(compute {f['compute_ms']:.2f} ms), {f['share']:.3f} of its ideal"
+            f"(compute {f['compute_ms']:.2f} ms), {f['share']:.3f} of its ideal; bare driver {b['raw']:.0f} raw/s "
+            f"at {b['latency_ms']:.2f} ms a step, {b['share']:.3f} of its ideal, {b['driver_cpu_ms']:.2f} ms CPU "
+            "per call"
         )
     print(
         "CPU per lock-step step, ms (user + system, every thread; medians): the broker (this process) and all "

@@ -86,5 +86,8 @@ def test_broker_overhead_reports_the_floor_beside_the_broker(tmp_path: Path) -> 
         assert 0 < floor["compute_ms"] <= 1.6  # the servers' reported compute, capped at the step latency
         assert r["broker_cpu_ms"] > 0 and floor["driver_cpu_ms"] > 0
         assert r["servers_cpu_ms"] >= 0 and floor["servers_cpu_ms"] >= 0  # /proc counts whole 10 ms ticks
+        bare = r["bare"]  # the same servers, stepped by a loop that does nothing else
+        assert 0 < bare["share"] <= 1.05 and bare["raw"] > 0 and bare["latency_ms"] >= 1.5
     report = (tmp_path / "overhead.txt").read_text()
     assert "raw/floor" in report and "closed-loop floor" in report and "CPU per lock-step step" in report
+    assert "raw/bare" in report and "bare driver" in report

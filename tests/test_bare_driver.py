@@ -1,0 +1,50 @@
+"""The bare driver (jobs/bench/bare_driver.py): real simulator server processes, stepped by a loop
+that does nothing else, as the broker's overhead benchmark measures them."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from fast.spaces import SpaceSpec
+from jobs.bench.bare_driver import fixed_actions, run_bare
+from tests.conftest import sim_server
+
+
+@pytest.mark.timeout(120)
+def test_the_bare_driver_steps_every_server_and_leaves_its_resets_out() -> None:
+    with sim_server("--slots", "3", "--cost-preset", "step-only") as a, sim_server("--slots", "2") as b:
+        result = asyncio.run(run_bare([a.address, b.address], 40, rows_per_reset=10))
+    assert (result.servers, result.slots, result.rows) == (2, 5, 40)
+    # Each server resets its slots every 10 rows at least (earlier when half of them ended).
+    assert result.resets >= 2 * 3
+    # Per row, the slower server's own time: the step-only server emulates 1.6 ms a step.
+    assert 0.0015 <= result.latency_s < 0.1
+    assert result.ideal == pytest.approx(5 / result.latency_s)
+    # A closed loop never beats the ideal (a little slack for the servers' own clock).
+    assert 0 < result.share <= 1.05 and result.raw > 0
+    assert result.driver_cpu_s > 0
+
+
+def test_the_bare_driver_refuses_what_it_cannot_run() -> None:
+    with pytest.raises(ValueError, match="addresses is empty"):
+        asyncio.run(run_bare([], 10))
+    with pytest.raises(ValueError, match="rows and rows_per_reset must be at least 1"):
+        asyncio.run(run_bare(["127.0.0.1:1"], 0))
+    with sim_server("--slots", "1", "--no-local-step") as server:
+        with pytest.raises(ValueError, match="names no local step socket"):
+            asyncio.run(run_bare([server.address], 5))
+
+
+def test_fixed_actions_lie_inside_the_space() -> None:
+    box = SpaceSpec("box", (3,), np.dtype(np.float32), np.array([-1.0, 0.0, -np.inf]), np.array([3.0, np.inf, np.inf]))
+    actions = fixed_actions(box, 2)
+    assert actions.shape == (2, 3) and actions.dtype == np.float32
+    # The midpoint where both bounds are finite, else 0 kept inside the bounds.
+    assert actions.tolist() == [[1.0, 0.0, 0.0]] * 2
+    ints = SpaceSpec("box", (2,), np.dtype(np.int64), np.array([2, -4]), np.array([6, -2]))
+    assert fixed_actions(ints, 1).tolist() == [[4, -3]]
+    discrete = fixed_actions(SpaceSpec("discrete", (), np.dtype(np.int64), n=5), 4)
+    assert discrete.tolist() == [0, 0, 0, 0] and discrete.dtype == np.int64
