@@ -22,7 +22,7 @@ from test_prefetch_system import sample_three
 from broker.dealer import ClipDealer
 from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
-from broker.samplers import make_sampler
+from broker.samplers import make_sampler, rounds
 from sim_server.cost_model import CostModel, CostModelConfig
 from sim_server.server import create_server
 from sim_server.simulator import Simulator
@@ -63,6 +63,27 @@ def test_pipelined_rounds_sample_the_same_batches_as_lockstep() -> None:
             # Servers did step ahead of the row being judged, and some of those steps were thrown away
             # (the round ended at the row before): the batches above are the same all the same.
             assert sum(q.steps_ahead for q in piped_stats) > sum(q.steps_discarded for q in piped_stats) > 0
+
+
+@pytest.mark.timeout(120)
+def test_one_server_runs_its_rounds_unpipelined(monkeypatch) -> None:
+    """Nothing to overlap with a single server: pipelined, its rounds take the plain lock-step path
+    (no task per call, no speculation's bookkeeping), and the batches are the same."""
+    plain_rounds = []
+    lockstep_round = rounds._lockstep_round
+
+    async def counted(*args):
+        plain_rounds.append(1)
+        return await lockstep_round(*args)
+
+    monkeypatch.setattr(rounds, "_lockstep_round", counted)
+    with sim_server("--slots", "4", "--cost-preset", "step-only", "--step-latency-s", "0.0005") as server:
+        plain, _, _ = asyncio.run(sample_three([server.address], pipeline=False, prefetch=False))
+        unpiped_rounds = len(plain_rounds)
+        piped, stats, _ = asyncio.run(sample_three([server.address], pipeline=True, prefetch=False))
+    _same_batches(plain, piped)
+    assert all(s.steps_ahead == s.steps_discarded == 0 for s in stats)
+    assert unpiped_rounds > 0 and len(plain_rounds) == 2 * unpiped_rounds
 
 
 @asynccontextmanager
