@@ -15,7 +15,8 @@ the servers' own per-call work (decoding, slot and action checks, building the a
 transport cost; from the bare driver to the broker is the broker's own (inference, checks,
 batch, the rounds' bookkeeping). The ideal is taken as the broker's benchmark takes it: slots
 over the step latency, per row the slowest server's own time (compute + emulated) for its call
-of that row, averaged over the rows.
+of that row, averaged over the rows. Servers of different speeds could put the bare driver above that
+lock-step ideal (it never waits for the slower one); the benchmark's servers are alike.
 """
 
 from __future__ import annotations
