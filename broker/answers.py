@@ -76,7 +76,7 @@ def step_problem(reply: StepReply, asked: np.ndarray, space: SpaceSpec) -> str:
         return f"rewards: slot {int(asked[j])} has reward {reply.rewards[j].item()}; rewards must be finite"
     done = reply.terminated | reply.truncated
     if not done.any():  # the usual step: no episode ended, so no summary may come
-        return _episodes_problem(reply.episodes, {}) if reply.episodes else _timing_problem(reply.timing)
+        return _episodes_problem(reply.episodes, {}) or _timing_problem(reply.timing)
     both = np.flatnonzero(reply.terminated & reply.truncated)
     if both.size:
         return (

@@ -361,7 +361,7 @@ class SimulatorPool:
         log.warning("simulator %s re-admitted", server.address)
         return True
 
-    def _by_server(self, slots: np.ndarray) -> dict[int, np.ndarray]:
+    def by_server(self, slots: np.ndarray) -> dict[int, np.ndarray]:
         """Positions into `slots`, grouped by the server of each slot."""
         owners = self.slot_server[slots]
         # One comparison per server (a handful), not np.unique's sort of every slot; servers in order.
@@ -383,7 +383,7 @@ class SimulatorPool:
             truncated=np.zeros(k, dtype=bool),
             failed=np.zeros(k, dtype=bool),
         )
-        groups = self._by_server(slots)
+        groups = self.by_server(slots)
 
         def request(server: ServerHandle, local: np.ndarray, actions: np.ndarray) -> Awaitable:
             streamed = self.steps_by_stream(server, unary=unary)
@@ -444,7 +444,7 @@ class SimulatorPool:
                 return
             self.counters.prepare_calls += 1
 
-        groups = self._by_server(slots)
+        groups = self.by_server(slots)
         serving = [s for s in groups if self.servers[s].up and self.servers[s].prefetch]
         await asyncio.gather(*(call(self.servers[s], groups[s]) for s in serving))
 
@@ -539,7 +539,7 @@ class SimulatorPool:
             self.counters.prepared += timing.prepared
 
         calls = []
-        for s, positions in self._by_server(slots).items():
+        for s, positions in self.by_server(slots).items():
             server = self.servers[s]
             if self.resets_batched(server, batched=batched):
                 calls.append(call(server, positions, None))

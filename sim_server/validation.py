@@ -22,7 +22,7 @@ def check_slot_ids(slot_ids: np.ndarray, num_slots: int) -> None:
             ErrorKind.NOT_FOUND, f"slot {int(unknown[0])} does not exist; this server has slots 0..{num_slots - 1}"
         )
     # In range now, so a count per slot finds a repeat in one pass (np.unique sorts).
-    if np.bincount(slot_ids, minlength=0).max() > 1:
+    if np.bincount(slot_ids).max() > 1:
         uniq, counts = np.unique(slot_ids, return_counts=True)
         raise SimError(ErrorKind.INVALID_ARGUMENT, f"slot {int(uniq[counts > 1][0])} appears twice in slot_ids")
 

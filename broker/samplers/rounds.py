@@ -55,8 +55,7 @@ async def step_round(
 
     Returns recorder.num_rows - 1 when no slot acts at all (every reset failed)."""
     s = sampler
-    owners = s.pool.slot_server[s.slots]
-    groups = {int(g): np.flatnonzero(owners == g) for g in np.unique(owners)}
+    groups = s.pool.by_server(s.slots)  # positions into s.slots, per server
     if not pipelined or len(groups) == 1:  # one server has no other to overlap with: the plain path costs less
         return await _lockstep_round(s, recorder, stats, groups)
     first = recorder.num_rows

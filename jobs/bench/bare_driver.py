@@ -55,7 +55,6 @@ class BareResult:
 @dataclass(frozen=True)
 class _ServerRun:
     slots: int
-    rows: int
     stepping_s: float  # wall time of the rows, resets left out
     latency_s: list[float]
     resets: int
@@ -103,7 +102,7 @@ async def _drive(client: SimulatorClient, server: ServerDescription, rows: int, 
             if row < rows and (live.sum() * 2 <= num_slots or row % rows_per_reset == 0):
                 reset_s += await reset()
                 live[:] = True
-        return _ServerRun(num_slots, rows, time.perf_counter() - started - reset_s, latency, resets - 1)
+        return _ServerRun(num_slots, time.perf_counter() - started - reset_s, latency, resets - 1)
     finally:
         stream.cancel()
 
@@ -139,7 +138,7 @@ async def run_bare(addresses: list[str], rows: int, *, rows_per_reset: int = 200
         slots=slots,
         rows=rows,
         latency_s=latency_s,
-        raw=sum(run.slots * run.rows / run.stepping_s for run in runs),
+        raw=sum(run.slots * rows / run.stepping_s for run in runs),
         ideal=slots / latency_s,
         resets=sum(run.resets for run in runs),
         driver_cpu_s=cpu_s / (rows * len(runs)),
