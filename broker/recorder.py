@@ -90,7 +90,9 @@ class RolloutRecorder:
             self._bootstrap_known[(row, slot)] = float(next_value)
         else:
             self._bootstrap_at.append((row, slot))
-            self._bootstrap_obs.append(np.asarray(next_obs))
+            # A copy: callers pass a view of their live observation buffer, which the slot's next
+            # step or reset overwrites before build() computes the value.
+            self._bootstrap_obs.append(np.array(next_obs, copy=True))
 
     def build(self, value_fn: Callable[[np.ndarray], np.ndarray]) -> dict[str, np.ndarray]:
         """The batch arrays; `value_fn(obs [k, ...]) -> [k]` computes the pending bootstrap values."""
