@@ -16,6 +16,11 @@ work. It knows nothing about sampling modes: every caller pays the same rules.
   the loads go through one load channel (the server's bandwidth), one after another, so k
   concurrent loads finish after k load times; otherwise each slot loads on its own and the
   call waits for the slowest.
+- When `reset_blocks_steps`, the server is one batched engine that stops stepping while it
+  re-initialises: its Steps and the fixed parts of its Resets take turns. A fixed part starts
+  once no Step runs, and a Step that arrives while a fixed part runs or waits to start waits
+  for it (so a stream of Steps cannot starve a reset). Steps still run side by side, and map
+  loads do not stop them. The time a call waits for its turn is queueing, like the queues above.
 
 The rules are functions that neither wait nor lock (`step_wait_s`, `reset_waits`, `map_load_s`,
 `remember_maps`), applied here by the asyncio `CostModel` and, blocking, by the Gymnasium reference's
@@ -30,7 +35,7 @@ import asyncio
 import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -46,6 +51,7 @@ class CostModelConfig(BaseModel):
     step_latency_s: float = Field(0.0, ge=0.0, le=10.0)
     reset_fixed_s: float = Field(0.0, ge=0.0, le=60.0)
     reset_fixed_exclusive: bool = True
+    reset_blocks_steps: bool = False  # the server's Steps wait while a reset's fixed part runs
     map_load_s: float = Field(0.0, ge=0.0, le=60.0)
     map_load_cached_s: float = Field(0.0, ge=0.0, le=60.0)
     map_load_shared: bool = True
@@ -76,6 +82,9 @@ PRESETS: dict[str, CostModelConfig] = {
     ),
     # Only the step latency: measures framework overhead against slots / step latency.
     "step-only": CostModelConfig(preset="step-only", step_latency_s=0.0016),
+    # Same costs, on a GPU-batched engine (GPUDrive, Waymax): a reset's fixed part re-initialises
+    # the batch the server's slots step in, so their steps wait for it (docs/cost_model.md).
+    "vectorized": _CALIBRATED.model_copy(update={"preset": "vectorized", "reset_blocks_steps": True}),
 }
 
 
@@ -126,17 +135,20 @@ Queue = Literal["reset_engine", "load_channel"]  # a server's exclusive resource
 
 @dataclass(frozen=True)
 class Wait:
-    """One emulated wait: `seconds` (nothing when <= 0), made while holding `queue`, if any."""
+    """One emulated wait: `seconds` (nothing when <= 0), made while holding `queue`, if any, and,
+    when `stops_steps`, while no Step runs on the server (Steps arriving meanwhile wait)."""
 
     seconds: float
     queue: Queue | None
+    stops_steps: bool = False  # the fixed part of a reset under `reset_blocks_steps`
     map_loads: int = 0  # the load wait only: slots loading their map from scratch ...
     map_cache_hits: int = 0  # ... and slots whose map was cached or already loaded by the call
 
 
 def step_wait_s(config: CostModelConfig, compute_s: float, *, loading: bool = False) -> float:
     """What a Step call waits: the rest of the step latency after the env's own compute; the
-    latency is `prefetch_step_penalty` longer while a background load runs on the server."""
+    latency is `prefetch_step_penalty` longer while a background load runs on the server.
+    Under `reset_blocks_steps` the wait is made in the Steps' turn (after any fixed part)."""
     latency = config.step_latency_s * (1.0 + (config.prefetch_step_penalty if loading else 0.0))
     return latency - compute_s
 
@@ -147,7 +159,11 @@ def reset_waits(config: CostModelConfig, map_ids: Sequence[int], is_cached: Call
     A generator on purpose: the loads are priced only once the caller has made the fixed part,
     against the map cache as it is then (a concurrent call may have loaded a map meanwhile).
     """
-    yield Wait(config.reset_fixed_s, "reset_engine" if config.reset_fixed_exclusive else None)
+    yield Wait(
+        config.reset_fixed_s,
+        "reset_engine" if config.reset_fixed_exclusive else None,
+        stops_steps=config.reset_blocks_steps,
+    )
     loads = map_loads(map_ids, is_cached)
     yield Wait(
         map_load_s(config, map_ids, is_cached),
@@ -188,19 +204,83 @@ def remember_maps(recent: OrderedDict[int, None], map_ids: Sequence[int], size: 
                 recent.popitem(last=False)
 
 
+class StepTurns:
+    """Steps and the fixed parts of resets taking turns on one server (`reset_blocks_steps`).
+
+    Many Steps may run at once, and so may fixed parts (as many as the reset engine lets through),
+    but never a Step and a fixed part together. A fixed part counts from the moment it asks for
+    its turn, so a Step arriving while one waits for the running Steps waits too: a stream of Steps
+    cannot starve a reset. Each turn yields the seconds it waited for. The counts change only
+    between awaits and are undone in `finally`, so a call cancelled while waiting or in its turn
+    leaves them right. Waiters are futures of the running loop, so no loop is bound at creation.
+    """
+
+    def __init__(self) -> None:
+        self.steps = 0  # Steps in their turn
+        self.fixed_parts = 0  # fixed parts in their turn or waiting for the Steps to finish
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    @contextlib.asynccontextmanager
+    async def step(self) -> AsyncIterator[float]:
+        started = time.perf_counter()
+        await self._until(lambda: self.fixed_parts == 0)
+        self.steps += 1
+        try:
+            yield time.perf_counter() - started
+        finally:
+            self.steps -= 1
+            if self.steps == 0:
+                self._wake()
+
+    @contextlib.asynccontextmanager
+    async def fixed_part(self) -> AsyncIterator[float]:
+        started = time.perf_counter()
+        self.fixed_parts += 1  # from now on, arriving Steps wait
+        try:
+            await self._until(lambda: self.steps == 0)
+            yield time.perf_counter() - started
+        finally:
+            self.fixed_parts -= 1
+            if self.fixed_parts == 0:
+                self._wake()
+
+    async def _until(self, ready: Callable[[], bool]) -> None:
+        while not ready():  # checked again on every wake-up: another call may have taken the turn
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.add(waiter)
+            try:
+                await waiter
+            finally:
+                self._waiters.discard(waiter)
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+
 class CostModel:
-    """Applies a CostModelConfig inside one server's event loop (FIFO asyncio locks as its queues)."""
+    """Applies a CostModelConfig inside one server's event loop (FIFO asyncio locks as its queues,
+    StepTurns for Steps against fixed parts)."""
 
     def __init__(self, config: CostModelConfig) -> None:
         self.config = config
         self._queues: dict[Queue, asyncio.Lock] = {"reset_engine": asyncio.Lock(), "load_channel": asyncio.Lock()}
+        self._turns = StepTurns()
         self._map_cache: OrderedDict[int, None] = OrderedDict()
         self._background_loads = 0  # Prepare loads holding the load channel now (not queued)
 
     async def step(self, compute_s: float = 0.0) -> CostTiming:
-        """Wait out the rest of the step latency after `compute_s` of real compute."""
-        wait = step_wait_s(self.config, compute_s, loading=self._background_loads > 0)
-        return CostTiming(emulated_s=await precise_wait(wait))
+        """Wait out the rest of the step latency after `compute_s` of real compute; under
+        `reset_blocks_steps`, first wait for the fixed parts that run or wait (queued_s)."""
+        timing = CostTiming()
+        turn = self._turns.step() if self.config.reset_blocks_steps else contextlib.nullcontext(0.0)
+        async with turn as queued_s:
+            timing.queued_s = queued_s
+            wait = step_wait_s(self.config, compute_s, loading=self._background_loads > 0)
+            timing.emulated_s = await precise_wait(wait)
+        return timing
 
     def is_cached(self, map_id: int) -> bool:
         return map_id in self._map_cache
@@ -238,10 +318,16 @@ class CostModel:
     async def _make(self, wait: Wait, timing: CostTiming) -> None:
         if wait.seconds <= 0:
             return
-        if wait.queue is None:
+        if wait.queue is None and not wait.stops_steps:
             timing.emulated_s += await precise_wait(wait.seconds)
             return
         queued_from = time.perf_counter()
-        async with self._queues[wait.queue]:
+        async with contextlib.AsyncExitStack() as held:
+            # The queue first, then the Steps' absence: a reset queued behind another one for the
+            # engine does not stop the Steps; only the fixed part about to run does.
+            if wait.queue is not None:
+                await held.enter_async_context(self._queues[wait.queue])
+            if wait.stops_steps:
+                await held.enter_async_context(self._turns.fixed_part())
             timing.queued_s += time.perf_counter() - queued_from
             timing.emulated_s += await precise_wait(wait.seconds)

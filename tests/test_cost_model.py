@@ -8,7 +8,15 @@ from collections import OrderedDict
 
 import pytest
 
-from sim_server.cost_model import PRESETS, CostModel, CostModelConfig, cost_model_config, map_load_s, remember_maps
+from sim_server.cost_model import (
+    PRESETS,
+    CostModel,
+    CostModelConfig,
+    cost_model_config,
+    map_load_s,
+    remember_maps,
+    reset_waits,
+)
 from sim_server.precise_wait import precise_wait
 
 
@@ -111,3 +119,166 @@ def test_cost_preset_off_from_yaml_is_the_off_preset() -> None:
 
     cfg = resolve_config(TrainConfig, env_prefix=ENV_PREFIX, environ={"FAST_TRAIN_COST_PRESET": "off"}, overrides={})
     assert cfg.cost_preset == "off"
+
+
+# -- reset_blocks_steps: a reset's fixed part stops the server's steps (the `vectorized` preset) ----
+# Order is asserted, not timing: each test starts its second call only once the first holds its
+# turn (the counts of CostModel's StepTurns), so which call waits for which does not depend on how
+# fast a loaded machine runs. Times are only lower bounds that the order implies.
+
+BLOCKING = CostModelConfig(step_latency_s=0.005, reset_fixed_s=0.2, reset_blocks_steps=True)
+
+
+async def _until(ready) -> None:
+    while not ready():
+        await asyncio.sleep(0)
+
+
+def test_a_step_waits_for_a_running_fixed_part() -> None:
+    async def go():
+        model, done = CostModel(BLOCKING), []
+
+        async def reset():
+            started = time.perf_counter()
+            await model.reset([1])
+            done.append("reset")
+            return time.perf_counter() - started
+
+        resetting = asyncio.create_task(reset())
+        await _until(lambda: model._turns.fixed_parts == 1)  # the fixed part runs
+        step = await model.step()
+        done.append("step")
+        return done, step, await resetting
+
+    done, step, reset_s = _run(go())
+    assert done == ["reset", "step"]  # the step's turn came only after the fixed part
+    assert reset_s >= BLOCKING.reset_fixed_s
+    assert step.queued_s > 0.25 * BLOCKING.reset_fixed_s  # reported as queueing ...
+    assert step.emulated_s >= BLOCKING.step_latency_s  # ... and the latency paid after it
+
+
+def test_a_fixed_part_waits_for_a_running_step_and_steps_cannot_starve_it() -> None:
+    cfg = CostModelConfig(step_latency_s=0.2, reset_fixed_s=0.005, reset_blocks_steps=True)
+
+    async def go():
+        model, done = CostModel(cfg), []
+
+        async def call(name, coro):
+            timing = await coro
+            done.append(name)
+            return timing
+
+        first = asyncio.create_task(call("first step", model.step()))
+        await _until(lambda: model._turns.steps == 1)  # the first step runs
+        reset = asyncio.create_task(call("reset", model.reset([1])))
+        await _until(lambda: model._turns.fixed_parts == 1)  # the fixed part waits for it
+        second = await call("second step", model.step())  # arrives while the fixed part waits
+        return done, await first, await reset, second
+
+    done, _, reset, second = _run(go())
+    assert done == ["first step", "reset", "second step"]
+    assert reset.queued_s > 0.25 * cfg.step_latency_s  # waited for the running step
+    assert second.queued_s >= reset.emulated_s  # and the later step for the whole fixed part
+
+
+def test_without_the_knob_steps_and_fixed_parts_overlap() -> None:
+    cfg = BLOCKING.model_copy(update={"reset_blocks_steps": False})
+
+    async def go():
+        model, done = CostModel(cfg), []
+
+        async def reset():
+            await model.reset([1])
+            done.append("reset")
+
+        resetting = asyncio.create_task(reset())
+        await _until(lambda: model._queues["reset_engine"].locked())  # the fixed part runs
+        step = await model.step()
+        done.append("step")
+        await resetting
+        return done, step
+
+    done, step = _run(go())
+    assert done == ["step", "reset"]  # 5 ms of step inside 200 ms of fixed part
+    assert step.queued_s == 0.0  # nothing to wait for
+
+
+def test_cancelled_calls_leave_the_turns_as_they_were() -> None:
+    async def go():
+        model = CostModel(BLOCKING)
+        resetting = asyncio.create_task(model.reset([1]))
+        await _until(lambda: model._turns.fixed_parts == 1)
+        stepping = asyncio.create_task(model.step())
+        await _until(lambda: model._turns._waiters)  # the step waits for its turn
+        stepping.cancel()  # cancelled while waiting ...
+        resetting.cancel()  # ... and in its turn
+        for task in (stepping, resetting):
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        turns = (model._turns.steps, model._turns.fixed_parts, len(model._turns._waiters))
+        started = time.perf_counter()
+        step = await model.step()  # nothing left to wait for
+        return turns, model._queues["reset_engine"].locked(), step, time.perf_counter() - started
+
+    turns, engine_locked, step, step_s = _run(go())
+    assert turns == (0, 0, 0) and not engine_locked
+    assert step.queued_s < BLOCKING.reset_fixed_s and step_s < BLOCKING.reset_fixed_s
+
+
+def test_only_the_fixed_part_stops_steps() -> None:
+    waits = list(reset_waits(PRESETS["vectorized"], [1, 2], lambda m: False))
+    assert [(w.queue, w.stops_steps) for w in waits] == [("reset_engine", True), ("load_channel", False)]
+    for name in ("off", "calibrated", "parallel", "step-only"):
+        assert not any(w.stops_steps for w in reset_waits(PRESETS[name], [1], lambda m: False))
+
+
+def test_vectorized_is_calibrated_with_resets_stopping_steps() -> None:
+    vectorized, calibrated = PRESETS["vectorized"].model_dump(), PRESETS["calibrated"].model_dump()
+    assert (vectorized.pop("preset"), vectorized.pop("reset_blocks_steps")) == ("vectorized", True)
+    assert (calibrated.pop("preset"), calibrated.pop("reset_blocks_steps")) == ("calibrated", False)
+    assert vectorized == calibrated
+
+
+def test_the_other_presets_are_unchanged() -> None:
+    knobs = dict(
+        step_latency_s=0.0, reset_fixed_s=0.0, reset_fixed_exclusive=True, reset_blocks_steps=False, map_load_s=0.0,
+        map_load_cached_s=0.0, map_load_shared=True, map_cache_size=4, prefetch_step_penalty=0.0,
+    )  # fmt: skip
+    calibrated = dict(knobs, step_latency_s=0.0016, reset_fixed_s=0.027, map_load_s=0.123)
+    expected = {
+        "off": knobs,
+        "calibrated": calibrated,
+        "parallel": dict(calibrated, reset_fixed_exclusive=False, map_load_shared=False),
+        "step-only": dict(knobs, step_latency_s=0.0016),
+    }
+    assert list(PRESETS) == ["off", "calibrated", "parallel", "step-only", "vectorized"]
+    for name, values in expected.items():
+        assert PRESETS[name].model_dump() == {"preset": name, **values}, name
+
+
+def test_a_vectorized_sim_server_reports_the_knob_and_stops_steps_during_a_reset() -> None:
+    """Through a real `fast sim-server`: Describe carries the knob, and a Step sent while a Reset's
+    fixed part runs reports the wait as queued. Whether the Step reaches the server while the fixed
+    part runs is up to a loaded machine, so it gets 3 attempts; it must have waited in one."""
+    import numpy as np
+    from conftest import sim_server, stub_for
+
+    from fast import tensor
+    from fast.v1 import simulator_pb2 as pb
+
+    args = ("--slots", "2", "--cost-preset", "vectorized", "--reset-fixed-s", "0.3", "--map-load-s", "0")
+    with sim_server(*args) as server, stub_for(server.address) as stub:
+        cost = stub.Describe(pb.DescribeRequest(), timeout=10).capabilities.cost_model
+        assert cost.preset == "vectorized+custom" and cost.reset_blocks_steps and cost.reset_fixed_exclusive
+        stub.Reset(pb.ResetRequest(slot_ids=[0, 1], clip_ids=[5, 6]), timeout=10)
+        step = pb.StepRequest(slot_ids=[1], actions=tensor.to_proto(np.zeros((1, 2), np.float32)))
+        for _ in range(3):
+            resetting = stub.Reset.future(pb.ResetRequest(slot_ids=[0], clip_ids=[7]), timeout=10)
+            time.sleep(0.1)  # the fixed part is (most likely) under way
+            stepped = stub.Step(step, timeout=10)
+            resetting.result()
+            if stepped.timing.queued_s >= 0.05:
+                assert stepped.timing.compute_s + stepped.timing.emulated_s >= cost.step_latency_s  # then the latency
+                break
+        else:
+            pytest.fail("in 3 attempts, a step sent during a reset's fixed part never waited for it")

@@ -19,7 +19,7 @@ from jobs.bench.gym_reference import measure_async_vector
 from learner.policy import export_weights
 from sim_server.cost_model import CostModelConfig
 from sim_server.takeover import TakeoverEnv, build_catalog
-from sim_server.takeover.gym_env import ServerCostResources, TakeoverGymEnv, space_spec
+from sim_server.takeover.gym_env import ServerCostResources, SyncCostModel, TakeoverGymEnv, space_spec
 
 # 5 ms steps, resets of 10 ms fixed (one engine) + 20 ms per new map (one channel), 2 ms cached.
 SMALL_COSTS = CostModelConfig(
@@ -42,7 +42,7 @@ class _WithoutTimings(gym.Wrapper):
     """The env with the measured seconds dropped from its infos: check_env's determinism checks
     compare infos of repeated steps, and wall-clock measurements differ between any two calls."""
 
-    _TIMINGS = ("step_s", "reset_s", "reset_queued_s")
+    _TIMINGS = ("step_s", "reset_s", "step_queued_s", "reset_queued_s")
 
     def reset(self, *, seed=None, options=None):
         obs, info = self.env.reset(seed=seed, options=options)
@@ -168,6 +168,35 @@ def test_envs_of_one_server_queue_and_share_its_map_cache(catalog) -> None:
     for info in concurrent_resets(two_servers, new_maps):  # nothing to queue for: each server its own
         assert info["reset_map_loads"] == 1 and info["reset_s"] >= 0.030
         assert info["reset_queued_s"] < 0.010  # less than the other's fixed part: it never waited for it
+
+
+def test_envs_of_one_server_take_turns_when_its_resets_stop_its_steps() -> None:
+    """reset_blocks_steps across the envs of one server (threads here, processes in the benchmark):
+    a step waits for another env's running fixed part, a fixed part for another env's running step.
+    The second call starts only once the first holds its turn, so the order is sure; the times
+    asserted are lower bounds that order implies."""
+    server = ServerCostResources.create(2)
+    try:
+        a, b = (SyncCostModel(CostModelConfig(step_latency_s=0.1, reset_fixed_s=0.1, reset_blocks_steps=True), server)
+                for _ in range(2))  # fmt: skip
+
+        def first_then(first, counted: int, second) -> tuple[float, object]:
+            started = time.perf_counter()
+            thread = threading.Thread(target=first)
+            thread.start()
+            while server._counts()[counted] == 0:  # the first call holds its turn
+                time.sleep(0.001)
+            timing = second()
+            thread.join()
+            return time.perf_counter() - started, timing
+
+        elapsed, step = first_then(lambda: a.reset(7), 1, b.step)  # a fixed part, then a step
+        assert elapsed >= 0.2 and step.queued_s > 0.0 and step.emulated_s >= 0.1
+        elapsed, reset = first_then(a.step, 0, lambda: b.reset(8))  # a step, then a fixed part
+        assert elapsed >= 0.2 and reset.queued_s > 0.0 and reset.emulated_s >= 0.1
+        assert server._counts() == (0, 0)
+    finally:
+        server.close()
 
 
 def _children(pid: int) -> set[int]:

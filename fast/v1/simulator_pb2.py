@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from fast.v1 import tensor_pb2 as fast_dot_v1_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x66\x61st/v1/simulator.proto\x12\x07\x66\x61st.v1\x1a\x14\x66\x61st/v1/tensor.proto\"\xe8\x01\n\tCostModel\x12\x0e\n\x06preset\x18\x01 \x01(\t\x12\x16\n\x0estep_latency_s\x18\x02 \x01(\x01\x12\x15\n\rreset_fixed_s\x18\x03 \x01(\x01\x12\x1d\n\x15reset_fixed_exclusive\x18\x04 \x01(\x08\x12\x12\n\nmap_load_s\x18\x05 \x01(\x01\x12\x19\n\x11map_load_cached_s\x18\x06 \x01(\x01\x12\x17\n\x0fmap_load_shared\x18\x07 \x01(\x08\x12\x16\n\x0emap_cache_size\x18\x08 \x01(\x03\x12\x1d\n\x15prefetch_step_penalty\x18\t \x01(\x01\"\x92\x01\n\x0c\x43\x61pabilities\x12\x15\n\rbatched_reset\x18\x01 \x01(\x08\x12\x16\n\x0estreaming_step\x18\x02 \x01(\x08\x12&\n\ncost_model\x18\x03 \x01(\x0b\x32\x12.fast.v1.CostModel\x12\x10\n\x08prefetch\x18\x04 \x01(\x08\x12\x19\n\x11local_step_socket\x18\x05 \x01(\t\"\x84\x01\n\x0cServerTiming\x12\x11\n\tcompute_s\x18\x01 \x01(\x01\x12\x12\n\nemulated_s\x18\x02 \x01(\x01\x12\x10\n\x08queued_s\x18\x03 \x01(\x01\x12\x11\n\tmap_loads\x18\x04 \x01(\x05\x12\x16\n\x0emap_cache_hits\x18\x05 \x01(\x05\x12\x10\n\x08prepared\x18\x06 \x01(\x05\"\xd5\x01\n\x0e\x45pisodeSummary\x12\x0f\n\x07slot_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x63lip_id\x18\x02 \x01(\x03\x12\x0e\n\x06length\x18\x03 \x01(\x03\x12\x16\n\x0e\x65pisode_return\x18\x04 \x01(\x01\x12\x12\n\nterminated\x18\x05 \x01(\x08\x12\x35\n\x07metrics\x18\x06 \x03(\x0b\x32$.fast.v1.EpisodeSummary.MetricsEntry\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x11\n\x0f\x44\x65scribeRequest\"\x89\x02\n\x10\x44\x65scribeResponse\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\t\x12)\n\x11observation_space\x18\x02 \x01(\x0b\x32\x0e.fast.v1.Space\x12$\n\x0c\x61\x63tion_space\x18\x03 \x01(\x0b\x32\x0e.fast.v1.Space\x12\x11\n\tnum_slots\x18\x04 \x01(\x05\x12\x11\n\tnum_clips\x18\x05 \x01(\x03\x12+\n\x0c\x63\x61pabilities\x18\x06 \x01(\x0b\x32\x15.fast.v1.Capabilities\x12\x16\n\x0eserver_version\x18\x07 \x01(\t\x12\x13\n\x0b\x61pi_version\x18\x08 \x01(\t\x12\x14\n\x0c\x63lip_map_ids\x18\t \x03(\x03\"A\n\x0cResetRequest\x12\x10\n\x08slot_ids\x18\x01 \x03(\x05\x12\x10\n\x08\x63lip_ids\x18\x02 \x03(\x03\x12\r\n\x05seeds\x18\x03 \x03(\x03\"o\n\rResetResponse\x12\x10\n\x08slot_ids\x18\x01 \x03(\x05\x12%\n\x0cobservations\x18\x02 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12%\n\x06timing\x18\x03 \x01(\x0b\x32\x15.fast.v1.ServerTiming\"C\n\x0ePrepareRequest\x12\x10\n\x08slot_ids\x18\x01 \x03(\x05\x12\x10\n\x08\x63lip_ids\x18\x02 \x03(\x03\x12\r\n\x05seeds\x18\x03 \x03(\x03\"#\n\x0fPrepareResponse\x12\x10\n\x08slot_ids\x18\x01 \x03(\x05\"U\n\x0bStepRequest\x12\x10\n\x08slot_ids\x18\x01 \x03(\x05\x12 \n\x07\x61\x63tions\x18\x02 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12\x12\n\nrequest_id\x18\x03 \x01(\x03\"\x98\x02\n\x0cStepResponse\x12\x10\n\x08slot_ids\x18\x01 \x03(\x05\x12%\n\x0cobservations\x18\x02 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12 \n\x07rewards\x18\x03 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12#\n\nterminated\x18\x04 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12\"\n\ttruncated\x18\x05 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12)\n\x08\x65pisodes\x18\x06 \x03(\x0b\x32\x17.fast.v1.EpisodeSummary\x12%\n\x06timing\x18\x07 \x01(\x0b\x32\x15.fast.v1.ServerTiming\x12\x12\n\nrequest_id\x18\x08 \x01(\x03\x32\xb6\x02\n\tSimulator\x12?\n\x08\x44\x65scribe\x12\x18.fast.v1.DescribeRequest\x1a\x19.fast.v1.DescribeResponse\x12\x36\n\x05Reset\x12\x15.fast.v1.ResetRequest\x1a\x16.fast.v1.ResetResponse\x12\x33\n\x04Step\x12\x14.fast.v1.StepRequest\x1a\x15.fast.v1.StepResponse\x12=\n\nStepStream\x12\x14.fast.v1.StepRequest\x1a\x15.fast.v1.StepResponse(\x01\x30\x01\x12<\n\x07Prepare\x12\x17.fast.v1.PrepareRequest\x1a\x18.fast.v1.PrepareResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x66\x61st/v1/simulator.proto\x12\x07\x66\x61st.v1\x1a\x14\x66\x61st/v1/tensor.proto\"\x84\x02\n\tCostModel\x12\x0e\n\x06preset\x18\x01 \x01(\t\x12\x16\n\x0estep_latency_s\x18\x02 \x01(\x01\x12\x15\n\rreset_fixed_s\x18\x03 \x01(\x01\x12\x1d\n\x15reset_fixed_exclusive\x18\x04 \x01(\x08\x12\x12\n\nmap_load_s\x18\x05 \x01(\x01\x12\x19\n\x11map_load_cached_s\x18\x06 \x01(\x01\x12\x17\n\x0fmap_load_shared\x18\x07 \x01(\x08\x12\x16\n\x0emap_cache_size\x18\x08 \x01(\x03\x12\x1d\n\x15prefetch_step_penalty\x18\t \x01(\x01\x12\x1a\n\x12reset_blocks_steps\x18\n \x01(\x08\"\x92\x01\n\x0c\x43\x61pabilities\x12\x15\n\rbatched_reset\x18\x01 \x01(\x08\x12\x16\n\x0estreaming_step\x18\x02 \x01(\x08\x12&\n\ncost_model\x18\x03 \x01(\x0b\x32\x12.fast.v1.CostModel\x12\x10\n\x08prefetch\x18\x04 \x01(\x08\x12\x19\n\x11local_step_socket\x18\x05 \x01(\t\"\x84\x01\n\x0cServerTiming\x12\x11\n\tcompute_s\x18\x01 \x01(\x01\x12\x12\n\nemulated_s\x18\x02 \x01(\x01\x12\x10\n\x08queued_s\x18\x03 \x01(\x01\x12\x11\n\tmap_loads\x18\x04 \x01(\x05\x12\x16\n\x0emap_cache_hits\x18\x05 \x01(\x05\x12\x10\n\x08prepared\x18\x06 \x01(\x05\"\xd5\x01\n\x0e\x45pisodeSummary\x12\x0f\n\x07slot_id\x18\x01 \x01(\x05\x12\x0f\n\x07\x63lip_id\x18\x02 \x01(\x03\x12\x0e\n\x06length\x18\x03 \x01(\x03\x12\x16\n\x0e\x65pisode_return\x18\x04 \x01(\x01\x12\x12\n\nterminated\x18\x05 \x01(\x08\x12\x35\n\x07metrics\x18\x06 \x03(\x0b\x32$.fast.v1.EpisodeSummary.MetricsEntry\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x11\n\x0f\x44\x65scribeRequest\"\x89\x02\n\x10\x44\x65scribeResponse\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\t\x12)\n\x11observation_space\x18\x02 \x01(\x0b\x32\x0e.fast.v1.Space\x12$\n\x0c\x61\x63tion_space\x18\x03 \x01(\x0b\x32\x0e.fast.v1.Space\x12\x11\n\tnum_slots\x18\x04 \x01(\x05\x12\x11\n\tnum_clips\x18\x05 \x01(\x03\x12+\n\x0c\x63\x61pabilities\x18\x06 \x01(\x0b\x32\x15.fast.v1.Capabilities\x12\x16\n\x0eserver_version\x18\x07 \x01(\t\x12\x13\n\x0b\x61pi_version\x18\x08 \x01(\t\x12\x14\n\x0c\x63lip_map_ids\x18\t \x03(\x03\"A\n\x0cResetRequest\x12\x10\n\x08slot_ids\x18\x01 \x03(\x05\x12\x10\n\x08\x63lip_ids\x18\x02 \x03(\x03\x12\r\n\x05seeds\x18\x03 \x03(\x03\"o\n\rResetResponse\x12\x10\n\x08slot_ids\x18\x01 \x03(\x05\x12%\n\x0cobservations\x18\x02 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12%\n\x06timing\x18\x03 \x01(\x0b\x32\x15.fast.v1.ServerTiming\"C\n\x0ePrepareRequest\x12\x10\n\x08slot_ids\x18\x01 \x03(\x05\x12\x10\n\x08\x63lip_ids\x18\x02 \x03(\x03\x12\r\n\x05seeds\x18\x03 \x03(\x03\"#\n\x0fPrepareResponse\x12\x10\n\x08slot_ids\x18\x01 \x03(\x05\"U\n\x0bStepRequest\x12\x10\n\x08slot_ids\x18\x01 \x03(\x05\x12 \n\x07\x61\x63tions\x18\x02 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12\x12\n\nrequest_id\x18\x03 \x01(\x03\"\x98\x02\n\x0cStepResponse\x12\x10\n\x08slot_ids\x18\x01 \x03(\x05\x12%\n\x0cobservations\x18\x02 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12 \n\x07rewards\x18\x03 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12#\n\nterminated\x18\x04 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12\"\n\ttruncated\x18\x05 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12)\n\x08\x65pisodes\x18\x06 \x03(\x0b\x32\x17.fast.v1.EpisodeSummary\x12%\n\x06timing\x18\x07 \x01(\x0b\x32\x15.fast.v1.ServerTiming\x12\x12\n\nrequest_id\x18\x08 \x01(\x03\x32\xb6\x02\n\tSimulator\x12?\n\x08\x44\x65scribe\x12\x18.fast.v1.DescribeRequest\x1a\x19.fast.v1.DescribeResponse\x12\x36\n\x05Reset\x12\x15.fast.v1.ResetRequest\x1a\x16.fast.v1.ResetResponse\x12\x33\n\x04Step\x12\x14.fast.v1.StepRequest\x1a\x15.fast.v1.StepResponse\x12=\n\nStepStream\x12\x14.fast.v1.StepRequest\x1a\x15.fast.v1.StepResponse(\x01\x30\x01\x12<\n\x07Prepare\x12\x17.fast.v1.PrepareRequest\x1a\x18.fast.v1.PrepareResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,31 +35,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EPISODESUMMARY_METRICSENTRY']._loaded_options = None
   _globals['_EPISODESUMMARY_METRICSENTRY']._serialized_options = b'8\001'
   _globals['_COSTMODEL']._serialized_start=59
-  _globals['_COSTMODEL']._serialized_end=291
-  _globals['_CAPABILITIES']._serialized_start=294
-  _globals['_CAPABILITIES']._serialized_end=440
-  _globals['_SERVERTIMING']._serialized_start=443
-  _globals['_SERVERTIMING']._serialized_end=575
-  _globals['_EPISODESUMMARY']._serialized_start=578
-  _globals['_EPISODESUMMARY']._serialized_end=791
-  _globals['_EPISODESUMMARY_METRICSENTRY']._serialized_start=745
-  _globals['_EPISODESUMMARY_METRICSENTRY']._serialized_end=791
-  _globals['_DESCRIBEREQUEST']._serialized_start=793
-  _globals['_DESCRIBEREQUEST']._serialized_end=810
-  _globals['_DESCRIBERESPONSE']._serialized_start=813
-  _globals['_DESCRIBERESPONSE']._serialized_end=1078
-  _globals['_RESETREQUEST']._serialized_start=1080
-  _globals['_RESETREQUEST']._serialized_end=1145
-  _globals['_RESETRESPONSE']._serialized_start=1147
-  _globals['_RESETRESPONSE']._serialized_end=1258
-  _globals['_PREPAREREQUEST']._serialized_start=1260
-  _globals['_PREPAREREQUEST']._serialized_end=1327
-  _globals['_PREPARERESPONSE']._serialized_start=1329
-  _globals['_PREPARERESPONSE']._serialized_end=1364
-  _globals['_STEPREQUEST']._serialized_start=1366
-  _globals['_STEPREQUEST']._serialized_end=1451
-  _globals['_STEPRESPONSE']._serialized_start=1454
-  _globals['_STEPRESPONSE']._serialized_end=1734
-  _globals['_SIMULATOR']._serialized_start=1737
-  _globals['_SIMULATOR']._serialized_end=2047
+  _globals['_COSTMODEL']._serialized_end=319
+  _globals['_CAPABILITIES']._serialized_start=322
+  _globals['_CAPABILITIES']._serialized_end=468
+  _globals['_SERVERTIMING']._serialized_start=471
+  _globals['_SERVERTIMING']._serialized_end=603
+  _globals['_EPISODESUMMARY']._serialized_start=606
+  _globals['_EPISODESUMMARY']._serialized_end=819
+  _globals['_EPISODESUMMARY_METRICSENTRY']._serialized_start=773
+  _globals['_EPISODESUMMARY_METRICSENTRY']._serialized_end=819
+  _globals['_DESCRIBEREQUEST']._serialized_start=821
+  _globals['_DESCRIBEREQUEST']._serialized_end=838
+  _globals['_DESCRIBERESPONSE']._serialized_start=841
+  _globals['_DESCRIBERESPONSE']._serialized_end=1106
+  _globals['_RESETREQUEST']._serialized_start=1108
+  _globals['_RESETREQUEST']._serialized_end=1173
+  _globals['_RESETRESPONSE']._serialized_start=1175
+  _globals['_RESETRESPONSE']._serialized_end=1286
+  _globals['_PREPAREREQUEST']._serialized_start=1288
+  _globals['_PREPAREREQUEST']._serialized_end=1355
+  _globals['_PREPARERESPONSE']._serialized_start=1357
+  _globals['_PREPARERESPONSE']._serialized_end=1392
+  _globals['_STEPREQUEST']._serialized_start=1394
+  _globals['_STEPREQUEST']._serialized_end=1479
+  _globals['_STEPRESPONSE']._serialized_start=1482
+  _globals['_STEPRESPONSE']._serialized_end=1762
+  _globals['_SIMULATOR']._serialized_start=1765
+  _globals['_SIMULATOR']._serialized_end=2075
 # @@protoc_insertion_point(module_scope)

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class CostModel(_message.Message):
-    __slots__ = ("preset", "step_latency_s", "reset_fixed_s", "reset_fixed_exclusive", "map_load_s", "map_load_cached_s", "map_load_shared", "map_cache_size", "prefetch_step_penalty")
+    __slots__ = ("preset", "step_latency_s", "reset_fixed_s", "reset_fixed_exclusive", "map_load_s", "map_load_cached_s", "map_load_shared", "map_cache_size", "prefetch_step_penalty", "reset_blocks_steps")
     PRESET_FIELD_NUMBER: _ClassVar[int]
     STEP_LATENCY_S_FIELD_NUMBER: _ClassVar[int]
     RESET_FIXED_S_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +18,7 @@ class CostModel(_message.Message):
     MAP_LOAD_SHARED_FIELD_NUMBER: _ClassVar[int]
     MAP_CACHE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PREFETCH_STEP_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    RESET_BLOCKS_STEPS_FIELD_NUMBER: _ClassVar[int]
     preset: str
     step_latency_s: float
     reset_fixed_s: float
@@ -27,7 +28,8 @@ class CostModel(_message.Message):
     map_load_shared: bool
     map_cache_size: int
     prefetch_step_penalty: float
-    def __init__(self, preset: _Optional[str] = ..., step_latency_s: _Optional[float] = ..., reset_fixed_s: _Optional[float] = ..., reset_fixed_exclusive: _Optional[bool] = ..., map_load_s: _Optional[float] = ..., map_load_cached_s: _Optional[float] = ..., map_load_shared: _Optional[bool] = ..., map_cache_size: _Optional[int] = ..., prefetch_step_penalty: _Optional[float] = ...) -> None: ...
+    reset_blocks_steps: bool
+    def __init__(self, preset: _Optional[str] = ..., step_latency_s: _Optional[float] = ..., reset_fixed_s: _Optional[float] = ..., reset_fixed_exclusive: _Optional[bool] = ..., map_load_s: _Optional[float] = ..., map_load_cached_s: _Optional[float] = ..., map_load_shared: _Optional[bool] = ..., map_cache_size: _Optional[int] = ..., prefetch_step_penalty: _Optional[float] = ..., reset_blocks_steps: _Optional[bool] = ...) -> None: ...
 
 class Capabilities(_message.Message):
     __slots__ = ("batched_reset", "streaming_step", "cost_model", "prefetch", "local_step_socket")

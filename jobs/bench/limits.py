@@ -15,6 +15,13 @@ hit rate on those resets. The lowest bound holds and names the limit.
   `map_load_cached_s` instead, 0 in the presets).
 - **engine** (an exclusive reset engine, `reset_fixed_exclusive`): each Reset call holds the
   server's engine for `reset_fixed_s`: `servers / (reset_calls_per_valid * reset_fixed_s)`.
+- **step+engine** (that engine stops the server's steps, `reset_blocks_steps`, the `vectorized`
+  preset): a server steps only outside its fixed parts, so the step and engine times add up
+  instead of overlapping: `1 / (step_latency / (eta * slots) + reset_calls_per_valid *
+  reset_fixed_s / servers)`, i.e. `1 / (1/step + 1/engine)`, below both. It takes the slots as
+  spread evenly over the servers (as the benchmark spreads them). Without an exclusive engine
+  the fixed parts of a server may overlap one another, so the time they stop its steps is not
+  their sum, and no bound is drawn from it (the slot bound below still holds).
 - **slot** (resets that queue for nothing, the `parallel` preset): a slot cannot step while it
   resets, so each slot's valid transition costs `step_latency / eta` plus its share of the
   resets: `slots / (step_latency / eta + resets_per_valid * (reset_fixed_s + (1 - hit_rate) * map_load_s))`.
@@ -39,6 +46,7 @@ class Costs:
     map_load_s: float = 0.0
     map_load_cached_s: float = 0.0
     map_load_shared: bool = True
+    reset_blocks_steps: bool = False
 
     def load_s(self, hit_rate: float) -> float:
         """Mean load time of one reset slot at this cache hit rate."""
@@ -78,6 +86,10 @@ def pattern_limit(costs: Costs, pattern: Pattern) -> Limit:
     if costs.reset_fixed_exclusive:
         seconds = p.reset_calls_per_valid * costs.reset_fixed_s
         bounds["engine"] = p.servers / seconds if seconds > 0 else math.inf
+        if costs.reset_blocks_steps and p.eta > 0:
+            # Wall seconds per valid transition: stepping (all slots at once), then fixed parts (all servers).
+            seconds = p.step_latency_s / (p.eta * p.slots) + seconds / p.servers
+            bounds["step+engine"] = 1.0 / seconds if seconds > 0 else math.inf
     # A slot is busy while it resets, whatever queues: its own reset time adds to its stepping. Where
     # the resets queue (shared channel, exclusive engine) the queues are the bounds above instead.
     own_reset_s = (0.0 if costs.reset_fixed_exclusive else costs.reset_fixed_s) + (
@@ -99,6 +111,7 @@ def costs_from_describe(cost_model) -> Costs:
         map_load_s=float(cost_model.map_load_s),
         map_load_cached_s=float(cost_model.map_load_cached_s),
         map_load_shared=bool(cost_model.map_load_shared),
+        reset_blocks_steps=bool(cost_model.reset_blocks_steps),
     )
 
 

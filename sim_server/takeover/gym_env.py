@@ -11,7 +11,10 @@ functions on the same `CostModelConfig`, applied synchronously in the env's proc
 - a reset first takes the server's reset engine for `reset_fixed_s` (one env at a time when
   `reset_fixed_exclusive`), then the server's load channel for the clip's map load
   (`map_load_s`, or `map_load_cached_s` when the map is among the server's `map_cache_size`
-  most recently loaded), then resets the env.
+  most recently loaded), then resets the env;
+- with `reset_blocks_steps`, the steps of the server's envs and the fixed parts of its resets
+  take turns: a fixed part waits for the running steps, and a step waits while a fixed part
+  runs or waits (an env's own reset already stops its own steps: one env plays one slot).
 A "server" is the `ServerCostResources` its envs share: K envs given S of them reproduce the
 broker's setting with S simulator servers. The map cache is per server, in shared memory, so
 a map one env loaded is cached for the other envs of its server exactly as in a server's
@@ -26,11 +29,13 @@ queued reset goes first may differ; the sum of the waits does not. Waits are `pr
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import struct
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
@@ -58,12 +63,13 @@ _EMPTY = -1  # an unused entry of the shared map cache
 
 @dataclass(frozen=True, eq=False)
 class ServerCostResources:
-    """What the envs that play one simulator server share: its reset engine, its load channel
-    and its map cache.
+    """What the envs that play one simulator server share: its reset engine, its load channel,
+    its map cache and the turns its steps and fixed parts take (`reset_blocks_steps`).
 
     Create it in the parent process (with the multiprocessing context the envs' processes use)
     and hand the same object to every env of that server. The map cache is an int64 array of
-    map ids, least to most recently loaded (_EMPTY-padded at the front), in POSIX shared memory:
+    map ids, least to most recently loaded (_EMPTY-padded at the front), in POSIX shared memory
+    (and so are the two counts of the turns, guarded by a multiprocessing Condition):
     it reaches the env processes by name, which works with every start method (a shared-ctypes
     Array reaches them as a file descriptor, which cloudpickle, used by AsyncVectorEnv for its
     env_fns, cannot pickle). The creating process unlinks it when `close` is called or the
@@ -75,6 +81,8 @@ class ServerCostResources:
     cache_lock: Any  # multiprocessing Lock guarding map_cache
     map_cache: SharedMemory | None  # None when map_cache_size is 0
     map_cache_size: int
+    turns: Any  # multiprocessing Condition guarding turn_counts
+    turn_counts: SharedMemory  # two int64: steps in their turn, fixed parts in theirs or waiting
 
     @classmethod
     def create(cls, map_cache_size: int, context: str | None = None) -> "ServerCostResources":
@@ -83,9 +91,10 @@ class ServerCostResources:
         if map_cache_size > 0:
             cache = SharedMemory(create=True, size=8 * map_cache_size)
             np.frombuffer(cache.buf, dtype=np.int64, count=map_cache_size)[:] = _EMPTY
-        resources = cls(ctx.Lock(), ctx.Lock(), ctx.Lock(), cache, map_cache_size)
-        if cache is not None:
-            object.__setattr__(resources, "_unlink", weakref.finalize(resources, _unlink, cache))
+        counts = SharedMemory(create=True, size=_TURN_COUNTS.size)
+        _TURN_COUNTS.pack_into(counts.buf, 0, 0, 0)
+        resources = cls(ctx.Lock(), ctx.Lock(), ctx.Lock(), cache, map_cache_size, ctx.Condition(), counts)
+        object.__setattr__(resources, "_unlink", weakref.finalize(resources, _unlink, cache, counts))
         return resources
 
     def close(self) -> None:
@@ -114,13 +123,61 @@ class ServerCostResources:
             ids[:] = [_EMPTY] * (self.map_cache_size - len(recent)) + list(recent)
             del ids  # no buffer export may outlive the call: SharedMemory.close refuses while one exists
 
+    # The turns of StepTurns (sim_server/cost_model.py) across the env processes of the server: the
+    # same rule, with a Condition's wait in place of the event loop's futures.
 
-def _unlink(cache: SharedMemory) -> None:
-    cache.close()
-    try:
-        cache.unlink()
-    except FileNotFoundError:
-        pass
+    @contextlib.contextmanager
+    def step_turn(self) -> Iterator[float]:
+        """A step's turn: once no fixed part runs or waits; yields the seconds it waited."""
+        started = time.perf_counter()
+        with self.turns:
+            self.turns.wait_for(lambda: self._counts()[1] == 0)
+            self._count(steps=1)
+        try:
+            yield time.perf_counter() - started
+        finally:
+            self._leave(steps=-1)
+
+    @contextlib.contextmanager
+    def fixed_part_turn(self) -> Iterator[float]:
+        """A fixed part's turn: once no step runs (arriving steps wait from the moment it asks)."""
+        started = time.perf_counter()
+        with self.turns:
+            self._count(fixed_parts=1)
+        try:
+            with self.turns:
+                self.turns.wait_for(lambda: self._counts()[0] == 0)
+            yield time.perf_counter() - started
+        finally:
+            self._leave(fixed_parts=-1)
+
+    def _counts(self) -> tuple[int, int]:
+        return _TURN_COUNTS.unpack_from(self.turn_counts.buf, 0)  # struct: no buffer export outlives it
+
+    def _count(self, steps: int = 0, fixed_parts: int = 0) -> tuple[int, int]:
+        running, fixed = self._counts()
+        counts = (running + steps, fixed + fixed_parts)
+        _TURN_COUNTS.pack_into(self.turn_counts.buf, 0, *counts)
+        return counts
+
+    def _leave(self, steps: int = 0, fixed_parts: int = 0) -> None:
+        with self.turns:
+            if 0 in self._count(steps, fixed_parts):  # a turn may have ended: let the waiters check
+                self.turns.notify_all()
+
+
+_TURN_COUNTS = struct.Struct("qq")
+
+
+def _unlink(*blocks: SharedMemory | None) -> None:
+    for block in blocks:
+        if block is None:
+            continue
+        block.close()
+        try:
+            block.unlink()
+        except FileNotFoundError:
+            pass
 
 
 class SyncCostModel:
@@ -131,7 +188,12 @@ class SyncCostModel:
         self.server = server
 
     def step(self, compute_s: float = 0.0) -> CostTiming:
-        return CostTiming(emulated_s=precise_sleep(step_wait_s(self.config, compute_s)))
+        timing = CostTiming()
+        turn = self.server.step_turn() if self.config.reset_blocks_steps else contextlib.nullcontext(0.0)
+        with turn as queued_s:
+            timing.queued_s = queued_s
+            timing.emulated_s = precise_sleep(step_wait_s(self.config, compute_s))
+        return timing
 
     def reset(self, map_id: int) -> CostTiming:
         """The fixed part on the server's engine, then the map load on its channel; the cache
@@ -147,12 +209,16 @@ class SyncCostModel:
     def _make(self, wait: Wait, timing: CostTiming) -> None:
         if wait.seconds <= 0:
             return
-        if wait.queue is None:
+        if wait.queue is None and not wait.stops_steps:
             timing.emulated_s += precise_sleep(wait.seconds)
             return
         queues: dict[Queue, Any] = {"reset_engine": self.server.reset_engine, "load_channel": self.server.load_channel}
         queued_from = time.perf_counter()
-        with queues[wait.queue]:
+        with contextlib.ExitStack() as held:  # the queue first, then the steps' absence, as in CostModel
+            if wait.queue is not None:
+                held.enter_context(queues[wait.queue])
+            if wait.stops_steps:
+                held.enter_context(self.server.fixed_part_turn())
             timing.queued_s += time.perf_counter() - queued_from
             timing.emulated_s += precise_sleep(wait.seconds)
 
@@ -173,8 +239,9 @@ class TakeoverGymEnv(gym.Env):
     env's shuffled list of `clips` (a new shuffle per pass; `reset(seed=...)` reseeds it). The
     TakeoverEnv episode seed is `options["episode_seed"]` or is drawn from `np_random`.
     Every info carries `step_s` and `reset_s`: the seconds this call spent stepping (env
-    compute + emulated latency) and resetting (queueing for the engine and load channel,
-    emulated waits, env compute), 0.0 for the part the call did not do, so that
+    compute + emulated latency + waiting for its turn, `step_queued_s`, under
+    `reset_blocks_steps`) and resetting (queueing for the engine, load channel and turn,
+    `reset_queued_s`, emulated waits, env compute), 0.0 for the part the call did not do, so that
     AsyncVectorEnv's same-step autoreset (step info under "final_info", reset info on top)
     yields complete arrays. A step that ends an episode adds `episode_metrics`, the
     closed-loop metrics of docs/takeover.md ("length" and "return" included).
@@ -249,6 +316,7 @@ class TakeoverGymEnv(gym.Env):
             "episode_seed": episode_seed,
             "step_s": 0.0,
             "reset_s": reset_s,
+            "step_queued_s": 0.0,
             "reset_queued_s": cost.queued_s,
             "reset_map_loads": cost.map_loads,  # 1 when the clip's map was not in the server's cache
         }
@@ -261,10 +329,10 @@ class TakeoverGymEnv(gym.Env):
         result = self._env.step(
             np.zeros(1, np.int64), np.asarray(action, dtype=np.float32).reshape(1, *self.action_space.shape)
         )
-        self.cost_model.step(time.perf_counter() - started)  # the latency includes the compute
+        cost = self.cost_model.step(time.perf_counter() - started)  # the latency includes the compute
         step_s = time.perf_counter() - started
         terminated, truncated = bool(result.terminated[0]), bool(result.truncated[0])
-        info: dict[str, Any] = {"step_s": step_s, "reset_s": 0.0, "reset_queued_s": 0.0}
+        info: dict[str, Any] = {"step_s": step_s, "reset_s": 0.0, "step_queued_s": cost.queued_s, "reset_queued_s": 0.0}
         if terminated or truncated:
             self._live = False
             info["episode_metrics"] = dict(result.episode_metrics[0] or {})
