@@ -6,6 +6,7 @@ from pydantic import Field, field_validator, model_validator
 
 from broker.dealer import HOLDOUT_EVERY
 from broker.samplers import ModeName
+from broker.samplers.fast import Truncation
 from fast.tls import TlsSettings
 
 ENV_PREFIX = "FAST_BROKER_"
@@ -23,6 +24,9 @@ class BrokerConfig(TlsSettings):
     mode: ModeName = "fast"  # broker/samplers/
     alpha: float = Field(0.5, gt=0.0, le=1.0)  # DPSA: truncate when the termination rate reaches alpha
     t_max: int = Field(200, ge=1)  # DPSA: ... or when the round reaches t_max steps
+    # DPSA: at the round's end, live episodes carry on into the next round (only done slots are
+    # reset), or every slot is reset ("reset", the literal reading); broker/samplers/fast.py.
+    truncation: Truncation = "carry"
     samples_per_iteration: int = Field(2048, ge=1)  # valid transitions per iteration (at least)
     iterations: int = Field(0, ge=0)  # 0: until stopped
     seed: int = 0

@@ -295,6 +295,7 @@ class BrokerRun:
             samples_per_iteration=s.samples_per_iteration,
             alpha=s.alpha,
             t_max=s.t_max,
+            truncation=c.truncation,
             stall_timeout_s=c.stall_timeout_s,
             prefetch=c.prefetch,
             pipeline=c.pipeline,

@@ -89,7 +89,7 @@ def sim_server(
     seed: Annotated[Optional[int], typer.Option(help="Catalog seed. \\[default: 0]")] = None,
     num_clips: Annotated[Optional[int], typer.Option(help="Catalog size. \\[default: 200 takeover, 1000 gym]")] = None,
     cost_preset: Annotated[
-        Optional[str], typer.Option(help="off | calibrated | parallel | step-only. \\[default: off]")
+        Optional[str], typer.Option(help="off | calibrated | parallel | step-only | vectorized. \\[default: off]")
     ] = None,
     step_latency_s: Annotated[Optional[float], typer.Option(help="Override the preset's step latency.")] = None,
     reset_fixed_s: Annotated[Optional[float], typer.Option(help="Override the preset's fixed reset cost.")] = None,
@@ -229,6 +229,10 @@ def broker(
     mode: Annotated[Optional[str], typer.Option(help="sc | autoreset | sgr | ver | fast. \\[default: fast]")] = None,
     alpha: Annotated[Optional[float], typer.Option(help="DPSA termination-rate threshold. \\[default: 0.5]")] = None,
     t_max: Annotated[Optional[int], typer.Option(help="DPSA round length limit. \\[default: 200]")] = None,
+    truncation: Annotated[
+        Optional[str],
+        typer.Option(help="DPSA at a round's end: carry live episodes on, or reset them. \\[default: carry]"),
+    ] = None,
     samples_per_iteration: Annotated[
         Optional[int], typer.Option(help="Valid transitions per iteration. \\[default: 2048]")
     ] = None,
@@ -259,6 +263,7 @@ def broker(
         mode=mode,
         alpha=alpha,
         t_max=t_max,
+        truncation=truncation,
         samples_per_iteration=samples_per_iteration,
         iterations=iterations,
         seed=seed,
@@ -316,6 +321,13 @@ def train(
         Optional[float], typer.Option(help="DPSA termination-rate threshold." + _train_default("alpha"))
     ] = None,
     t_max: Annotated[Optional[int], typer.Option(help="DPSA round length limit." + _train_default("t_max"))] = None,
+    truncation: Annotated[
+        Optional[str],
+        typer.Option(
+            help="DPSA at a round's end: carry live episodes on, or reset them. carry | reset."
+            + _train_default("truncation")
+        ),
+    ] = None,
     simulators: Annotated[
         Optional[str],
         typer.Option(
@@ -341,7 +353,8 @@ def train(
     cost_preset: Annotated[
         Optional[str],
         typer.Option(
-            help="Simulator cost model: off | calibrated | parallel | step-only." + _train_default("cost_preset")
+            help="Simulator cost model: off | calibrated | parallel | step-only | vectorized."
+            + _train_default("cost_preset")
         ),
     ] = None,
     env: Annotated[
@@ -389,6 +402,7 @@ def train(
         mode=mode,
         alpha=alpha,
         t_max=t_max,
+        truncation=truncation,
         simulators=simulators,
         servers=servers,
         slots=slots,
@@ -452,7 +466,9 @@ def bench_sampling(
     clips: Annotated[str, typer.Option(help="Clip counts (parallel slots), comma-separated.")] = "5,10,20,30",
     preset: Annotated[
         Optional[str],
-        typer.Option(help="Cost presets, comma-separated (docs/cost_model.md). \\[default: calibrated,parallel]"),
+        typer.Option(
+            help="Cost presets, comma-separated (docs/cost_model.md). \\[default: calibrated,parallel,vectorized]"
+        ),
     ] = None,
     servers: Annotated[Optional[int], typer.Option(min=1, help="Simulator server processes. \\[default: 2]")] = None,
     simulators: Annotated[
@@ -467,6 +483,13 @@ def bench_sampling(
     samples: Annotated[int, typer.Option(min=1, help="Valid transitions per measured iteration.")] = 2048,
     alpha: Annotated[float, typer.Option(help="FAST termination-rate threshold.")] = 0.5,
     t_max: Annotated[int, typer.Option(help="FAST round length limit.")] = 200,
+    truncation: Annotated[
+        str,
+        typer.Option(
+            help="FAST at a round's end: carry live episodes on, reset them, or carry,reset for both "
+            "(rows fast+carry, fast+reset)."
+        ),
+    ] = "carry,reset",
     seed: Annotated[int, typer.Option(help="Seed of clip dealing, actions and the random policy.")] = 0,
     checkpoint_dir: Annotated[
         Optional[Path], typer.Option(help="A fast train run's checkpoints/: adds the trained policy.")
@@ -537,13 +560,14 @@ def bench_sampling(
         cfg = SamplingBenchConfig(
             modes=_csv(modes, str, "--modes"),
             clips=_csv(clips, int, "--clips"),
-            presets=(EXTERNAL,) if simulators else _csv(preset or "calibrated,parallel", str, "--preset"),
+            presets=(EXTERNAL,) if simulators else _csv(preset or "calibrated,parallel,vectorized", str, "--preset"),
             servers=servers or 2,
             simulators=_csv(simulators or "", str, "--simulators"),
             repeats=repeats,
             samples=samples,
             alpha=alpha,
             t_max=t_max,
+            truncations=_csv(truncation, str, "--truncation"),
             seed=seed,
             checkpoint_dir=checkpoint_dir,
             gym_reference=not simulators if gym_reference is None else gym_reference,

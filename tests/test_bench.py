@@ -49,7 +49,8 @@ def test_bench_sampling_tiny_writes_json_table_and_charts(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((out / "sampling.json").read_text())
     rows = {(r["mode"], r["clips"]): r for r in result["rows"]}
-    assert set(rows) == {("sc", 1)} | {(m, n) for m in ("autoreset", "sgr", "ver", "fast", "gym-async") for n in (2, 4)}
+    modes = ("autoreset", "sgr", "ver", "fast+carry", "fast+reset", "gym-async")  # fast once per truncation
+    assert set(rows) == {("sc", 1)} | {(m, n) for m in modes for n in (2, 4)}
     assert rows[("sc", 1)]["speedup_vs_sc"] == 1.0
     for row in rows.values():
         assert row["effective_throughput"] > 0 and 0 < row["validity"] <= 1 and 0 < row["time_efficiency"] <= 1
@@ -62,7 +63,8 @@ def test_bench_sampling_tiny_writes_json_table_and_charts(tmp_path: Path) -> Non
             assert row["step_latency_s"] > 0 and row["limit_binding"] == "step" and 0 < row["limit_share"] <= 1.5
     table = (out / "sampling.md").read_text()
     assert "| limit steps/s (bound) |" in table
-    assert "## preset `off`, policy `random`" in table and "| fast | 4 |" in table and "| gym-async | 4 |" in table
+    assert "## preset `off`, policy `random`" in table and "| gym-async | 4 |" in table
+    assert "| fast+carry | 4 |" in table and "| fast+reset | 4 |" in table
     assert "emulated" in table and "Workload `takeover`" in table
     assert (out / "sampling_off_random.png").stat().st_size > 0
     # Steady-state lengths: every (mode, clips) but the Gymnasium reference, SC the reference.
@@ -72,26 +74,29 @@ def test_bench_sampling_tiny_writes_json_table_and_charts(tmp_path: Path) -> Non
     for row in lengths.values():
         assert row["episodes"] > 0 and 1 <= row["mean"] <= 300 and 0.0 <= row["cut_share"] <= 1.0
         assert sum(row["ends"].values()) == row["episodes"]
-    assert "## Episode length in steady state" in table and "| fast | 4 |" in table.split("steady state")[1]
+    # carry cuts no episode; reset cuts the live ones at every round's end.
+    assert lengths[("fast+carry", 4)]["cut_share"] == 0.0 and lengths[("fast+reset", 4)]["cut_share"] > 0.0
+    assert "## Episode length in steady state" in table and "| fast+reset | 4 |" in table.split("steady state")[1]
 
 
 def test_bench_sampling_with_map_locality_hits_the_map_cache_more(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     args = ["--modes", "sc,fast", "--clips", "6", "--preset", "calibrated", "--repeats", "1", "--samples", "600"]
     args += ["--no-gym-reference", "--length-samples", "0", "--locality", "off,on", "--prefetch", "off"]
+    args += ["--truncation", "carry"]
     args += ["--out", str(out)]
     done = _fast("bench", "sampling", *args)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {(r["mode"], r["clips"]): r for r in json.loads((out / "sampling.json").read_text())["rows"]}
-    assert set(rows) == {("sc", 1), ("sc+locality", 1), ("fast", 6), ("fast+locality", 6)}
-    plain, local = rows[("fast", 6)], rows[("fast+locality", 6)]
+    assert set(rows) == {("sc", 1), ("sc+locality", 1), ("fast+carry", 6), ("fast+carry+locality", 6)}
+    plain, local = rows[("fast+carry", 6)], rows[("fast+carry+locality", 6)]
     # Dealing is seeded and FAST steps in lock-step: the counts below do not depend on timing.
     assert local["cache_hit_rate"] > plain["cache_hit_rate"] + 0.2, (plain["cache_hit_rate"], local["cache_hit_rate"])
     assert local["distinct_maps"] < plain["distinct_maps"]
     assert rows[("sc+locality", 1)]["speedup_vs_sc"] > 0 and rows[("sc", 1)]["speedup_vs_sc"] == 1.0
     # Under `calibrated` the map loads share one channel per server: a load or engine bound applies.
     assert set(plain["limit_bounds"]) == {"step", "load", "engine"}
-    assert "| fast+locality | 6 |" in (out / "sampling.md").read_text()
+    assert "| fast+carry+locality | 6 |" in (out / "sampling.md").read_text()
     done = _fast("bench", "sampling", "--locality", "sometimes", "--out", str(tmp_path / "x"), timeout=60)
     assert done.returncode == 2 and "give off, on or off,on" in done.stderr
 
@@ -245,8 +250,11 @@ def _record(mode: str, seed: int, reached: bool, training_s: float, reached_at: 
 
 def test_bench_train_modes_may_add_locality_and_prefetch() -> None:
     assert TrainBenchConfig(modes=("fast", "fast+locality", "ver+prefetch+locality")).modes[1] == "fast+locality"
-    with pytest.raises(ValueError, match=r"modes \['fast\+turbo'\] are unknown.*\+locality and \+prefetch"):
+    assert TrainBenchConfig(modes=("fast+reset", "fast+carry+prefetch")).modes[0] == "fast+reset"
+    with pytest.raises(ValueError, match=r"modes \['fast\+turbo'\] are unknown.*\+locality, \+prefetch"):
         TrainBenchConfig(modes=("fast+turbo",))
+    with pytest.raises(ValueError, match=r"modes \['ver\+reset'\] are unknown.*fast only"):
+        TrainBenchConfig(modes=("ver+reset",))
 
 
 def test_summary_censors_runs_that_never_reached_the_target_at_their_training_time() -> None:
@@ -359,6 +367,8 @@ def test_bench_sampling_serves_a_gymnasium_env(tmp_path: Path) -> None:
         "gym:CartPole-v1",
         "--modes",
         "sc,fast",
+        "--truncation",
+        "carry",
         "--clips",
         "2",
         "--preset",
@@ -379,7 +389,7 @@ def test_bench_sampling_serves_a_gymnasium_env(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {(r["mode"], r["clips"]) for r in json.loads((out / "sampling.json").read_text())["rows"]}
-    assert rows == {("sc", 1), ("fast", 2)} and "Workload `gym:CartPole-v1`" in (out / "sampling.md").read_text()
+    assert rows == {("sc", 1), ("fast+carry", 2)} and "Workload `gym:CartPole-v1`" in (out / "sampling.md").read_text()
     done = _fast("bench", "sampling", "--env", "gym:CartPole-v1", "--out", str(tmp_path / "y"), timeout=60)
     assert done.returncode == 2 and "pass --no-gym-reference" in done.stderr
 

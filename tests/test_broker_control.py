@@ -137,7 +137,9 @@ def test_samplers_take_new_settings_in_place(fake_simulators, mode: str) -> None
     async def go():
         pool = SimulatorPool()
         await pool.add("10.0.0.1:1")
-        sampler = make_sampler(mode, pool, None, None, samples_per_iteration=64, alpha=0.5, t_max=200)
+        sampler = make_sampler(
+            mode, pool, None, None, samples_per_iteration=64, alpha=0.5, t_max=200, truncation="reset"
+        )
         live = sampler.live
         live[:] = True  # an episode in flight must survive the change
         sampler.apply_settings(samples_per_iteration=100, alpha=0.9, t_max=30)
@@ -145,8 +147,8 @@ def test_samplers_take_new_settings_in_place(fake_simulators, mode: str) -> None
 
     sampler, live = asyncio.run(go())
     assert sampler.samples_per_iteration == 100 and sampler.live is live and live.all()
-    if mode == "fast":
-        assert (sampler.rule.alpha, sampler.rule.t_max) == (0.9, 30)
+    if mode == "fast":  # the truncation is the run's, not a live setting: it stays
+        assert (sampler.rule.alpha, sampler.rule.t_max, sampler.rule.truncation) == (0.9, 30, "reset")
 
 
 def test_state_reads_paused_until_resumed_and_control_is_refused_once_over(fake_simulators) -> None:

@@ -128,7 +128,8 @@ def test_recorder_bootstraps_in_one_pass_and_pads_with_zeros() -> None:
 # --- modes over gRPC --------------------------------------------------------------------------
 
 
-def test_fast_pads_ended_slots_and_truncates_at_alpha() -> None:
+@pytest.mark.parametrize("truncation", ["carry", "reset"])
+def test_fast_pads_ended_slots_and_truncates_at_alpha(truncation) -> None:
     async def go():
         env = ScriptedLengthEnv([2, 5, 9, 20])
         async with scripted_pool(env) as (pool, runner):
@@ -140,6 +141,7 @@ def test_fast_pads_ended_slots_and_truncates_at_alpha() -> None:
                 samples_per_iteration=1,
                 alpha=0.5,
                 t_max=100,
+                truncation=truncation,
             )
             batch, stats = await sampler.sample()
             return env, batch, stats
@@ -156,10 +158,14 @@ def test_fast_pads_ended_slots_and_truncates_at_alpha() -> None:
     assert env.reset_calls == [[0, 1, 2, 3]]  # one batched reset per server per round
     s = stats.summary()
     assert s["transitions"] == 20 and s["valid_transitions"] == 17 and s["global_resets"] == 1
-    assert s["episode_ends"] == {"terminated": 2, "cut": 2} and sorted(s["episode_lengths"]) == [2, 5, 5, 5]
+    if truncation == "reset":  # the live episodes are cut at the round's end, at 5 steps
+        assert s["episode_ends"] == {"terminated": 2, "cut": 2} and sorted(s["episode_lengths"]) == [2, 5, 5, 5]
+    else:  # carried on: only the episodes that ended are over
+        assert s["episode_ends"] == {"terminated": 2} and sorted(s["episode_lengths"]) == [2, 5]
 
 
-def test_fast_truncates_at_t_max_and_concatenates_rounds() -> None:
+@pytest.mark.parametrize("truncation", ["carry", "reset"])
+def test_fast_truncates_at_t_max_and_concatenates_rounds(truncation) -> None:
     async def go():
         env = ScriptedLengthEnv([50, 60, 70, 80])
         async with scripted_pool(env) as (pool, runner):
@@ -171,6 +177,7 @@ def test_fast_truncates_at_t_max_and_concatenates_rounds() -> None:
                 samples_per_iteration=20,
                 alpha=0.5,
                 t_max=3,
+                truncation=truncation,
             )
             return env, *(await sampler.sample())
 
@@ -178,7 +185,13 @@ def test_fast_truncates_at_t_max_and_concatenates_rounds() -> None:
     rb = _check_batch(batch)
     assert rb.valid_mask.shape == (6, 4) and rb.valid_mask.all()  # two rounds of t_max = 3
     assert rb.truncated[2].all() and rb.truncated[5].all() and not rb.truncated[[0, 1, 3, 4]].any()
-    assert env.reset_calls == [[0, 1, 2, 3], [0, 1, 2, 3]] and stats.global_resets == 2
+    steps_taken = rb.obs[:, :, 0]  # the scripted observation's first entry
+    if truncation == "reset":
+        assert env.reset_calls == [[0, 1, 2, 3], [0, 1, 2, 3]] and stats.global_resets == 2
+        assert (steps_taken[3] == 0).all()  # the second round starts every episode over
+    else:  # t_max bounds the round, not the episode: the second round goes on from step 3
+        assert env.reset_calls == [[0, 1, 2, 3]] and stats.global_resets == 1
+        assert (steps_taken[3] == 3).all() and (steps_taken[5] == 5).all()
 
 
 def test_sgr_resets_every_slot_on_first_termination() -> None:

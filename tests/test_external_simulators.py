@@ -128,7 +128,8 @@ def test_bench_sampling_on_external_simulators(external, tmp_path: Path) -> None
     out = tmp_path / "bench"
     result = CliRunner().invoke(
         app,
-        ["bench", "sampling", "--simulators", _spec(external), "--modes", "sc,fast", "--clips", "2,4"]
+        ["bench", "sampling", "--simulators", _spec(external), "--modes", "sc,fast", "--truncation", "carry"]
+        + ["--clips", "2,4"]
         + ["--repeats", "1", "--samples", "64", "--length-samples", "32", "--length-warmup-steps", "4"]
         + ["--locality", "off", "--prefetch", "off", "--out", str(out)],
     )
@@ -136,11 +137,15 @@ def test_bench_sampling_on_external_simulators(external, tmp_path: Path) -> None
     bench = json.loads((out / "sampling.json").read_text())
     assert {(r["preset"], r["mode"], r["clips"]) for r in bench["rows"]} == {
         ("external", "sc", 1),
-        ("external", "fast", 2),
-        ("external", "fast", 4),
+        ("external", "fast+carry", 2),
+        ("external", "fast+carry", 4),
     }
     assert [s["address"] for s in bench["simulators"]["servers"]] == [s.address for s in external]
-    assert {(r["mode"], r["clips"]) for r in bench["episode_length"]} == {("sc", 1), ("fast", 2), ("fast", 4)}
+    assert {(r["mode"], r["clips"]) for r in bench["episode_length"]} == {
+        ("sc", 1),
+        ("fast+carry", 2),
+        ("fast+carry", 4),
+    }
     assert "External simulators" in (out / "sampling.md").read_text()
     _assert_still_serving(external)
 

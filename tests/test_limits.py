@@ -58,6 +58,23 @@ def test_resets_that_queue_for_nothing_still_keep_their_slot_from_stepping() -> 
     assert "load" not in limit.bounds and "engine" not in limit.bounds
 
 
+def test_resets_that_stop_steps_add_the_engine_time_to_the_step_time() -> None:
+    # vectorized: a server does not step during its fixed parts, so per valid transition the wall
+    # time is the step share 0.002 / (0.8 * 10) plus the fixed-part share 0.05 * 0.027 / 2.
+    vectorized = costs_from_describe(PRESETS["vectorized"])
+    assert vectorized.reset_blocks_steps and not CALIBRATED.reset_blocks_steps
+    pattern = _pattern(resets_per_valid=0.05, reset_calls_per_valid=0.05, hit_rate=1.0)
+    limit = pattern_limit(vectorized, pattern)
+    assert limit.binding == "step+engine"
+    assert limit.limit == pytest.approx(1 / (0.002 / (0.8 * 10) + 0.05 * 0.027 / 2))
+    assert limit.limit == pytest.approx(1 / (1 / limit.bounds["step"] + 1 / limit.bounds["engine"]))
+    # The same pattern under calibrated: steps go on during fixed parts, the engine alone binds.
+    assert "step+engine" not in pattern_limit(CALIBRATED, pattern).bounds
+    # Fixed parts that do not queue may overlap one another: no sum of them bounds the steps.
+    overlapping = Costs(0.027, reset_fixed_exclusive=False, map_load_shared=False, reset_blocks_steps=True)
+    assert "step+engine" not in pattern_limit(overlapping, pattern).bounds
+
+
 def test_no_costs_and_no_latency_leave_no_finite_bound() -> None:
     limit = pattern_limit(costs_from_describe(None), _pattern(step_latency_s=0.0))
     assert math.isinf(limit.limit)
@@ -80,3 +97,28 @@ def test_prefetch_targets_set_fast_against_the_best_other_mode_of_its_configurat
     (found,) = targets(rows)
     assert found["best_other"] == "ver+prefetch" and found["vs_best_other"] == pytest.approx(2.0)
     assert found["vs_sc"] == 12.0 and found["plain_fast_vs_sc"] == 4.0 and found["share_of_limit"] == 0.6
+
+
+def test_carry_targets_set_carry_against_reset_the_best_other_mode_and_sc_lengths() -> None:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from carry_targets import targets, verdicts
+
+    def row(mode, eff, preset="vectorized", clips=10, resets=20.0, length_vs_sc=0.8):
+        return {"preset": preset, "policy": "random", "mode": mode, "clips": clips, "effective_throughput": eff,
+                "episode_length_vs_sc": length_vs_sc, "slot_resets_per_1k_valid": resets, "validity": 0.9,
+                "limit": 3000.0, "limit_binding": "step+engine", "limit_share": eff / 3000}  # fmt: skip
+
+    rows = [row("sc+prefetch+locality", 100, clips=1), row("fast+carry+prefetch+locality", 1400, resets=21.0)]
+    rows += [row("fast+reset+prefetch+locality", 900, resets=45.0), row("ver+prefetch+locality", 1000)]
+    steady = [{"policy": "random", "mode": "fast+carry", "clips": 10, "mean_vs_sc": 0.97}]
+    (found,) = targets({"rows": rows, "episode_length": steady})
+    assert found["best_other"] == "ver+prefetch+locality" and found["vs_best_other"] == pytest.approx(1.4)
+    assert found["vs_reset"] == pytest.approx(1400 / 900) and found["resets_vs_ver"] == pytest.approx(1.05)
+    assert found["length_vs_sc_steady"] == 0.97 and found["length_vs_sc_window"] == 0.8
+    said = "\n".join(verdicts([found]))
+    assert "vectorized: carry >= 1.3x the best other mode: 1 of 1 rows" in said
+    assert "calibrated, 30 clips: carry >= 1.0x the best other mode: 0 of 0 rows" in said
+    assert "within 10% of VER's: 1 of 1 rows" in said

@@ -1,5 +1,8 @@
 """Pipelined rounds on real simulator server processes: the same batches as the classic lock-step.
 
+That holds where a round's end resets every slot (sgr, fast's `reset` truncation), as here: a
+step past the end is then thrown away. With `carry` it is kept (tests/test_carry.py).
+
 With `pipeline` on (broker/samplers/rounds.py), a server that has answered steps its slots on
 while the others are still stepping, whenever the round cannot end at the current row whatever
 they answer. Servers of different step latencies make the rows interleave; a deterministic
@@ -49,10 +52,10 @@ def test_pipelined_rounds_sample_the_same_batches_as_lockstep() -> None:
         addresses = [s.address for s in servers]
         for mode, prefetch, alpha in (("fast", False, 0.5), ("fast", True, 0.8), ("sgr", False, 1.0)):
             plain, plain_stats, _ = asyncio.run(
-                sample_three(addresses, mode=mode, pipeline=False, prefetch=prefetch, alpha=alpha)
+                sample_three(addresses, mode=mode, pipeline=False, prefetch=prefetch, alpha=alpha, truncation="reset")
             )
             piped, piped_stats, _ = asyncio.run(
-                sample_three(addresses, mode=mode, pipeline=True, prefetch=prefetch, alpha=alpha)
+                sample_three(addresses, mode=mode, pipeline=True, prefetch=prefetch, alpha=alpha, truncation="reset")
             )
             _same_batches(plain, piped)
             for p, q in zip(plain_stats, piped_stats):
@@ -78,9 +81,9 @@ def test_one_server_runs_its_rounds_unpipelined(monkeypatch) -> None:
 
     monkeypatch.setattr(rounds, "_lockstep_round", counted)
     with sim_server("--slots", "4", "--cost-preset", "step-only", "--step-latency-s", "0.0005") as server:
-        plain, _, _ = asyncio.run(sample_three([server.address], pipeline=False, prefetch=False))
+        plain, _, _ = asyncio.run(sample_three([server.address], pipeline=False, prefetch=False, truncation="reset"))
         unpiped_rounds = len(plain_rounds)
-        piped, stats, _ = asyncio.run(sample_three([server.address], pipeline=True, prefetch=False))
+        piped, stats, _ = asyncio.run(sample_three([server.address], pipeline=True, prefetch=False, truncation="reset"))
     _same_batches(plain, piped)
     assert all(s.steps_ahead == s.steps_discarded == 0 for s in stats)
     assert unpiped_rounds > 0 and len(plain_rounds) == 2 * unpiped_rounds
@@ -127,8 +130,9 @@ def test_a_fast_server_waits_for_the_row_before_and_its_steps_past_the_end_are_t
             runner = PolicyRunner(pool.observation_space, pool.action_space, (8,), seed=0)
             dealer = ClipDealer(50, holdout_every=0, seed=0)
             sampler = make_sampler(
-                "fast", pool, runner, dealer, samples_per_iteration=1, alpha=0.5, t_max=100, pipeline=pipeline
-            )
+                "fast", pool, runner, dealer, samples_per_iteration=1, alpha=0.5, t_max=100, pipeline=pipeline,
+                truncation="reset",
+            )  # fmt: skip
             return await sampler.sample()
 
     batch, stats = asyncio.run(go())

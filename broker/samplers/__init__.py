@@ -4,7 +4,8 @@
     autoreset  autoreset.py  every slot resets on its own when its episode ends
     sgr        sgr.py        the first episode that ends resets every slot
     ver        ver.py        every slot runs on its own, inference batched over those waiting
-    fast       fast.py       DPSA: ended slots are padded; all reset when alpha of them ended
+    fast       fast.py       DPSA: ended slots are padded; when alpha of them ended, they are reset
+                             together and the live episodes carry on (or, `reset`, are cut too)
 
 sc, autoreset, sgr and fast are one lock-step loop (lockstep.py) with the mode's rule; ver has a
 loop of its own. Each lock-step mode module holds only its rule (a `LockstepRule`); `make_sampler`
@@ -61,6 +62,7 @@ def make_sampler(
     samples_per_iteration: int,
     alpha: float = 1.0,  # DPSA only; 1.0 and a long t_max: a round waits for every episode
     t_max: int = 1000,
+    truncation: str = "carry",  # DPSA only: live episodes at a round's end carry on, or are reset (fast.py)
     stall_timeout_s: float = 60.0,
     slots: np.ndarray | None = None,
     prefetch: bool = False,
@@ -75,5 +77,5 @@ def make_sampler(
     )
     if mode == "ver":
         return VerSampler(pool, runner, dealer, step_batching=ver_step_batching, **common)
-    rule = LOCKSTEP_RULES[mode].configured(alpha=alpha, t_max=t_max)
+    rule = LOCKSTEP_RULES[mode].configured(alpha=alpha, t_max=t_max, truncation=truncation)
     return LockstepSampler(pool, runner, dealer, rule, pipeline=pipeline, **common)

@@ -10,9 +10,12 @@ what happens when episodes end:
   (one Reset call per slot, as each env of a Gymnasium vector env resets itself); live
   episodes carry across iterations (truncated and bootstrapped at the iteration's end);
 - with rounds (sgr, fast): a round starts with one batched Reset per server for every slot
-  (one per slot for a server whose Capabilities say it resets one slot per call, broker/pool.py);
-  when the rule says the round is over, live slots are truncated (bootstrapped) and the next
-  round starts; every iteration ends at a round boundary.
+  without a live episode (one per slot for a server whose Capabilities say it resets one slot
+  per call, broker/pool.py); when the rule says the round is over, live slots are truncated
+  (bootstrapped) and the next round starts. Whether their episodes then go on (fast's `carry`)
+  or are reset with the others (sgr, fast's `reset`) is the rule's `truncation`. Every iteration
+  ends at a round boundary; carried episodes go on into the next iteration, as sc's and
+  autoreset's do, each new segment starting from its own first observation.
 
 Faults: a slot whose server fails (or answers against the contract, broker/answers.py) is
 padding from that step; its previous step, if it was open, is truncated and bootstrapped from
@@ -45,11 +48,18 @@ class LockstepRule:
     # True: the mode runs in rounds, each opened by one batched global reset and closed by a
     # global truncation when `round_over` says so. False: ended slots are reset one by one.
     rounds: ClassVar[bool] = False
+    # At a round's end: "reset" every slot, or "carry" the live episodes on (fast.py).
+    truncation: ClassVar[str] = "reset"
 
     @classmethod
-    def configured(cls, *, alpha: float, t_max: int) -> LockstepRule:
-        """The rule for a run's settings; only DPSA reads alpha and t_max."""
+    def configured(cls, *, alpha: float, t_max: int, truncation: str = "carry") -> LockstepRule:
+        """The rule for a run's settings; only DPSA reads alpha, t_max and truncation."""
         return cls()
+
+    @property
+    def carries(self) -> bool:
+        """True: a round's end truncates live episodes in the batch but does not end them."""
+        return False
 
     def drives(self, slots: np.ndarray) -> np.ndarray:
         """The slots (global ids) the mode steps, out of those it is offered."""
@@ -108,7 +118,7 @@ class LockstepSampler:
         # Every iteration ends at a round boundary (or, without rounds, between steps), so a new
         # rule takes over cleanly; live episodes of sc and autoreset carry on.
         self.samples_per_iteration = samples_per_iteration
-        self.rule = type(self.rule).configured(alpha=alpha, t_max=t_max)
+        self.rule = type(self.rule).configured(alpha=alpha, t_max=t_max, truncation=self.rule.truncation)
 
     @property
     def rounds(self) -> bool:
@@ -176,24 +186,33 @@ class LockstepSampler:
                 await asyncio.sleep(0.05)
 
     async def _start_round(self, stats: IterationStats) -> None:
+        """The round's batched reset of every slot without a live episode (every slot, unless the
+        rule carries episodes over); its members are then every slot with a live episode."""
         await self.pool.readmit_due()
         if not self._up().any():
             await self._wait_for_a_server(stats)
-        up = np.flatnonzero(self._up())
-        ok = await self._reset(up, batched=True, stats=stats)
-        await self._prepare_next(up[ok])  # the next round's clips load while this round steps
-        stats.global_resets += 1
-        self.round_members[:] = False
-        self.round_members[up[ok]] = True
+        up = self._up()
+        fresh = np.flatnonzero(up & ~self.live) if self.rule.carries else np.flatnonzero(up)
+        ok = await self._reset(fresh, batched=True, stats=stats)
+        await self._prepare_next(fresh[ok])  # their next clips load while this round steps
+        if fresh.size or not self.rule.carries:
+            stats.global_resets += 1
+        self.round_members[:] = self.live & up
         self.round_done[:] = False
         self.done_row[:] = NOT_DONE
 
     def _end_round(self, row: int, recorder: RolloutRecorder, stats: IterationStats) -> None:
-        """Global truncation: every live episode is cut and bootstrapped."""
+        """Global truncation: every live episode is truncated in the batch and bootstrapped from
+        V of its next observation, at its last row (`row`, or the row after for slots whose step
+        past the end was kept, rounds.py); then cut, or carried on into the next round."""
+        last = recorder.num_rows - 1
         for s in np.flatnonzero(self.live):
-            recorder.truncate(row, int(s), next_obs=self.obs[s])
-            stats.record_episode(int(self.episode_len[s]), "cut")
-        self.live[:] = False
+            at = last if last > row and recorder.is_open(last, int(s)) else row
+            recorder.truncate(at, int(s), next_obs=self.obs[s])
+            if not self.rule.carries:
+                stats.record_episode(int(self.episode_len[s]), "cut")
+        if not self.rule.carries:
+            self.live[:] = False
 
     async def _refill(self, stats: IterationStats) -> None:
         """Modes without rounds: reset every slot without a live episode whose server is up."""

@@ -8,12 +8,18 @@ Pipelined, a server whose answer is in steps its next row at once, while the oth
 still stepping the current one, so inference and transport for one server overlap stepping on
 another. That next row is speculative: the round may end at the current row (DPSA's alpha is
 reached by the slower servers' answers). Its answer is therefore held, not applied, until the
-current row is judged; if the round goes on it is applied as if it had been stepped then, and if
-the round ends it is thrown away: its row leaves the batch, the group's noise stream is rewound
-to before it, and the slots' simulator state does not matter, as the round's end resets every
-slot. Every decision is taken on exactly the figures of the unpipelined run, so the batch is the
-same array for array (tests/test_pipelined_rounds.py); the price is at most one thrown-away Step
-call per server and round, counted in `steps_discarded`.
+current row is judged; if the round goes on it is applied as if it had been stepped then. If the
+round ends, what happens to it follows the rule's truncation:
+- `reset` (sgr, fast's literal reading): it is thrown away: its row leaves the batch, the group's
+  noise stream is rewound to before it, and the slots' simulator state does not matter, as the
+  round's end resets every slot. Every decision is taken on exactly the figures of the
+  unpipelined run, so the batch is the same array for array (tests/test_pipelined_rounds.py);
+  the price is at most one thrown-away Step call per server and round, counted in `steps_discarded`.
+- `carry` (fast's default): the simulators have stepped those slots and their episodes go on,
+  so the step cannot be undone: it is kept. It was sampled with this iteration's policy, so it is
+  an on-policy transition of this batch: the row past the end stays, holding the speculative
+  groups' steps (the other slots are padding there), and those slots are truncated at it instead
+  of at the round's last row. The batch then differs from the unpipelined run's by those steps.
 
 A group runs at most one row ahead of the last row judged: its next row needs its held answer.
 With a single server there is nothing to overlap: the round runs unpipelined (the same batch, without
@@ -110,6 +116,25 @@ async def step_round(
             ended=ended, live=s.round_members & ~done_by_row, done=done_by_row[members], steps=row - first + 1
         )
 
+    async def keep_speculation() -> None:
+        """The round ended and its live episodes carry on: the Step calls past the end stepped
+        their simulators, so their answers go into the row after the last (fast.py, `carry`)."""
+        if in_flight:
+            t0 = time.perf_counter()
+            await asyncio.gather(*in_flight)
+            stats.step_wall_s += time.perf_counter() - t0
+        for future, call in in_flight.items():
+            call.result = future.result()
+            held.append(call)
+        in_flight.clear()
+        kept = sorted(held, key=lambda c: c.group)
+        held.clear()
+        for call in kept:
+            apply(call, call.result)
+        if kept:  # the kept row holds its place in the batch like any other
+            stats.transitions += int(s._up().sum())
+            stats.step_server_s += server_s.get(decided + 2, 0.0)
+
     async def throw_away_speculation() -> None:
         """The round ended: wait for the Step calls still out (a server steps one call at a time),
         then forget the rows past the end: their batch row, their noise draws."""
@@ -134,7 +159,7 @@ async def step_round(
             # Judge every row all groups have stepped, in order; answers held for the next row then count.
             while decided + 1 < recorder.num_rows and row_complete(decided + 1):
                 if judge(decided + 1):
-                    await throw_away_speculation()
+                    await (keep_speculation() if s.rule.carries else throw_away_speculation())
                     return decided + 1
                 decided += 1
                 for call in sorted(held, key=lambda c: c.group):

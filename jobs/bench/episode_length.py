@@ -8,7 +8,7 @@ slot (twice the takeover clips' longest episode, so every slot is many episodes 
 start), then counts every episode that ends within the next `length_samples` valid transitions.
 In steady state the episodes ending in a window are a fair sample of episode lengths.
 
-An episode ends by termination, by its clip's end, or (sgr, fast) cut by a global truncation;
+An episode ends by termination, by its clip's end, or (sgr, fast+reset) cut by a global truncation;
 a cut episode counts with the length it reached, as the article counts it, and the share of
 cut episodes is reported beside the mean. Lengths do not depend on the simulator's costs, so
 this runs on servers without emulated costs, which keeps it cheap.
@@ -20,7 +20,15 @@ import time
 
 import numpy as np
 
-from jobs.bench.harness import SamplingBenchConfig, fixed_policies, measure_mode, runner_for, simulator_pool
+from jobs.bench.harness import (
+    SamplingBenchConfig,
+    fixed_policies,
+    measure_mode,
+    mode_labels,
+    runner_for,
+    simulator_pool,
+    split_label,
+)
 from jobs.external import ExternalSimulators
 
 
@@ -33,22 +41,24 @@ async def measure_lengths(
     rows = []
     async with simulator_pool(cfg, "off", external) as pool:
         for policy, (hidden, weights) in fixed_policies(cfg, pool).items():
-            for mode in cfg.modes:
+            for mode in mode_labels(cfg):
                 for clips in cfg.clips if mode != "sc" else (1,):
                     started = time.perf_counter()
+                    base, truncation = split_label(mode)
                     summary = await measure_mode(
                         cfg,
                         pool,
                         runner_for(pool, hidden, weights, cfg.seed),
-                        mode,
+                        base,
                         clips,
                         cfg.seed,
                         warmup_samples=cfg.length_warmup_steps * clips,
                         samples=cfg.length_samples,
+                        truncation=truncation,
                     )
                     rows.append(length_row(policy, mode, clips, summary))
                     log(
-                        f"episode length {policy:>7} {mode:>9} clips={clips:<3}: mean {rows[-1]['mean']:.1f} "
+                        f"episode length {policy:>7} {mode:>10} clips={clips:<3}: mean {rows[-1]['mean']:.1f} "
                         f"over {rows[-1]['episodes']} episodes ({time.perf_counter() - started:.1f} s)"
                     )
     reference = {r["policy"]: r for r in rows if r["mode"] == "sc"}

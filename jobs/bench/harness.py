@@ -33,13 +33,15 @@ EXTERNAL = "external"
 class SamplingBenchConfig:
     modes: tuple[str, ...] = MODES
     clips: tuple[int, ...] = (5, 10, 20, 30)
-    presets: tuple[str, ...] = ("calibrated", "parallel")
+    presets: tuple[str, ...] = ("calibrated", "parallel", "vectorized")
     servers: int = 2
     repeats: int = 3
     samples: int = 2048  # valid transitions per measured iteration
     warmup_samples: int = 256
     alpha: float = 0.5
     t_max: int = 200
+    # fast's truncation: carry live episodes past a round's end and/or reset them (rows fast+carry, fast+reset).
+    truncations: tuple[str, ...] = ("carry", "reset")
     seed: int = 0
     checkpoint_dir: Path | None = None  # a fast train run's checkpoints/: adds the "trained" policy
     gym_reference: bool = True  # takeover only: the reference wraps the takeover workload
@@ -74,6 +76,8 @@ class SamplingBenchConfig:
             )
         if not self.prefetch:
             raise ValueError("prefetch is empty: give off, on or off,on")
+        if not self.truncations or not set(self.truncations) <= {"carry", "reset"}:
+            raise ValueError(f"truncations={list(self.truncations)}: give carry, reset or carry,reset")
         if not self.prefetch_step_penalties or not all(0 <= p <= 10 for p in self.prefetch_step_penalties):
             raise ValueError(
                 f"prefetch_step_penalties={list(self.prefetch_step_penalties)}: give fractions 0 to 10, e.g. 0,0.25"
@@ -110,6 +114,17 @@ class SamplingBenchConfig:
             raise ValueError(
                 f"env={self.env}: the Gymnasium reference wraps the takeover workload; pass --no-gym-reference"
             )
+
+
+def mode_labels(cfg: SamplingBenchConfig) -> list[str]:
+    """The modes measured, as rows name them: fast once per truncation (fast+carry, fast+reset)."""
+    return [label for m in cfg.modes for label in ([f"fast+{t}" for t in cfg.truncations] if m == "fast" else [m])]
+
+
+def split_label(label: str) -> tuple[str, str]:
+    """(mode, truncation) of a `mode_labels` label; modes without rounds to carry read "carry"."""
+    mode, _, truncation = label.partition("+")
+    return mode, truncation or "carry"
 
 
 def spread_slots(pool: SimulatorPool, count: int) -> np.ndarray:
@@ -159,6 +174,7 @@ async def measure_mode(
     locality: bool = False,
     prefetch: bool = False,
     ver_step_batching: bool = True,
+    truncation: str = "carry",
 ) -> dict:
     """A fresh sampler of `mode` on `clips` slots: one warm-up iteration, then the measured one's summary."""
     slots = spread_slots(pool, clips)
@@ -174,6 +190,7 @@ async def measure_mode(
         samples_per_iteration=max(warmup_samples, 1),
         alpha=cfg.alpha,
         t_max=cfg.t_max,
+        truncation=truncation,
         slots=slots,
         prefetch=prefetch,
         ver_step_batching=ver_step_batching,

@@ -30,7 +30,15 @@ from pathlib import Path
 import numpy as np
 
 from jobs.bench.episode_length import measure_lengths
-from jobs.bench.harness import SamplingBenchConfig, fixed_policies, measure_mode, runner_for, simulator_pool
+from jobs.bench.harness import (
+    SamplingBenchConfig,
+    fixed_policies,
+    measure_mode,
+    mode_labels,
+    runner_for,
+    simulator_pool,
+    split_label,
+)
 from jobs.external import ExternalSimulators, check_simulators
 
 GYM_REFERENCE = "gym-async"  # Gymnasium AsyncVectorEnv with per-env autoreset (jobs/bench/gym_reference.py)
@@ -88,7 +96,7 @@ async def _run_preset(
         plan = [
             (policy, mode, n, local, ahead)
             for policy in policies
-            for mode in cfg.modes
+            for mode in mode_labels(cfg)
             for n in (cfg.clips if mode != "sc" else (1,))
             for local in localities
             for ahead in prefetches
@@ -111,11 +119,12 @@ async def _run_preset(
                     )
                 else:
                     runner = runner_for(pool, hidden, weights, cfg.seed + repeat)
+                    base, truncation = split_label(mode)
                     summary = await measure_mode(
                         cfg,
                         pool,
                         runner,
-                        "ver" if mode == VER_PER_SLOT else mode,
+                        "ver" if mode == VER_PER_SLOT else base,
                         n,
                         cfg.seed + repeat,
                         warmup_samples=cfg.warmup_samples,
@@ -123,11 +132,12 @@ async def _run_preset(
                         locality=local,
                         prefetch=ahead,
                         ver_step_batching=mode != VER_PER_SLOT,
+                        truncation=truncation,
                     )
                 label = f"{mode}{PREFETCH if ahead else ''}{LOCALITY if local else ''}"
                 measurements.append(Measurement(preset_label, policy, label, n, repeat, summary))
                 log(
-                    f"{preset_label:>10} {policy:>7} {label:>9} clips={n:<3} repeat {repeat + 1}/{cfg.repeats}: "
+                    f"{preset_label:>10} {policy:>7} {label:>10} clips={n:<3} repeat {repeat + 1}/{cfg.repeats}: "
                     f"effective {summary['effective_throughput']:,.0f}/s, eta {summary['validity']:.2f}, "
                     f"time efficiency {summary['time_efficiency']:.3f} ({time.perf_counter() - started:.1f} s)"
                 )
@@ -158,7 +168,11 @@ def aggregate(measurements: list[Measurement]) -> list[dict]:
         lengths = [x for m in ms for x in m.summary.get("episode_lengths", [])]
         row["episode_length_p10_p50_p90"] = [float(np.percentile(lengths, q)) for q in (10, 50, 90)] if lengths else []
         rows.append(row)
-    reference = {(r["preset"], r["policy"]): r for r in rows if r["mode"] == "sc"}
+    # SC as measured, plain (one slot, no prefetch, no locality) where the run has it.
+    reference = {}
+    for r in sorted(rows, key=lambda r: r["mode"] != "sc"):
+        if r["mode"].split("+")[0] == "sc":
+            reference.setdefault((r["preset"], r["policy"]), r)
     # The best pattern's limit in each configuration: what the costs allow whichever mode samples.
     best: dict[tuple, float] = {}
     for row in rows:

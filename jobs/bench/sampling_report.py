@@ -143,7 +143,7 @@ def write_charts(rows: list[dict], out_dir: Path) -> list[Path]:
             for ax, (key, label) in zip(axes.flat, _CHARTS):
                 for mode in dict.fromkeys(r["mode"] for r in subset):
                     points = sorted((r["clips"], r[key]) for r in subset if r["mode"] == mode)
-                    if mode == "sc":  # one slot: a horizontal reference line
+                    if mode.split("+")[0] == "sc":  # one slot: a horizontal reference line
                         ax.axhline(points[0][1], color="grey", linestyle="--", label="sc (1 clip)")
                         continue
                     ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=mode)

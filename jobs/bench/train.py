@@ -43,8 +43,14 @@ from jobs.external import check_simulators, inapplicable, parse_simulators
 from jobs.simulators import Workload, job_simulators
 from learner.checkpoint import prune_checkpoints
 
-# What a mode's label may add to it (`fast+locality`): the `fast train` setting each turns on.
-FEATURES = {"locality": "FAST_TRAIN_LOCALITY", "prefetch": "FAST_TRAIN_PREFETCH"}
+# What a mode's label may add to it (`fast+locality`, `fast+reset`): the `fast train` setting each gives.
+FEATURES = {
+    "locality": ("FAST_TRAIN_LOCALITY", "true"),
+    "prefetch": ("FAST_TRAIN_PREFETCH", "true"),
+    # fast only: what a round's end does with live episodes (broker/samplers/fast.py; carry by default).
+    "carry": ("FAST_TRAIN_TRUNCATION", "carry"),
+    "reset": ("FAST_TRAIN_TRUNCATION", "reset"),
+}
 # The simulators of every run when no `simulators` are given (None in the config means these).
 DEFAULTS = {"clips": 10, "servers": 2, "preset": "calibrated"}
 
@@ -79,11 +85,17 @@ class TrainBenchConfig:
             for name, default in DEFAULTS.items():
                 if getattr(self, name) is None:
                     object.__setattr__(self, name, default)
-        unknown = [m for m in self.modes if m.split("+")[0] not in MODES or not set(m.split("+")[1:]) <= set(FEATURES)]
+        unknown = [
+            m
+            for m in self.modes
+            if m.split("+")[0] not in MODES
+            or not set(m.split("+")[1:]) <= set(FEATURES)
+            or (m.split("+")[0] != "fast" and {"carry", "reset"} & set(m.split("+")[1:]))
+        ]
         if unknown:
             raise ValueError(
                 f"modes {unknown} are unknown; use some of {', '.join(MODES)}, each optionally with "
-                f"{' and '.join('+' + f for f in FEATURES)} (e.g. fast+prefetch+locality)"
+                f"{', '.join('+' + f for f in FEATURES)} (e.g. fast+prefetch+locality; +carry and +reset: fast only)"
             )
         counts = {
             "clips": self.clips,
@@ -260,7 +272,7 @@ def _train_and_evaluate(
     run_dir = runs_dir / name
     base, *features = mode.split("+")
     # FAST_PARENT_PID: the run stops (gracefully) when this benchmark does, however it ends.
-    env = {**os.environ, **{FEATURES[f]: "true" for f in features}, PARENT_ENV: str(os.getpid())}
+    env = {**os.environ, **dict(FEATURES[f] for f in features), PARENT_ENV: str(os.getpid())}
     simulators = (
         ["--simulators", ",".join(cfg.simulators)]
         if cfg.simulators

@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from broker.samplers import ModeName
+from broker.samplers.fast import Truncation
 from jobs.external import env_is_an_address, inapplicable, parse_simulators
 from sim_server.cost_model import CostPreset
 from sim_server.environments import EnvSpec
@@ -33,6 +34,7 @@ class TrainConfig(BaseModel):
     # Sampling (the broker's settings).
     mode: ModeName = "fast"  # broker/samplers/
     alpha: float = Field(0.5, gt=0.0, le=1.0)  # DPSA: truncate the round when this share of clips ended
+    truncation: Truncation = "carry"  # DPSA: live episodes carry on past a round's end, or are reset
     t_max: int = Field(200, ge=1)  # DPSA: ... or when the round is t_max steps long
     samples_per_iteration: int = Field(2048, ge=1)  # valid transitions per iteration (at least)
     # Deal clips with map locality (broker/dealer.py): off until `fast bench train` shows what it does to learning.
@@ -56,7 +58,7 @@ class TrainConfig(BaseModel):
     env: EnvSpec = "takeover"  # "takeover" or "gym:<Gymnasium id>"
     servers: int = Field(2, ge=1, le=64)
     slots: int = Field(5, ge=1, le=4096)  # per server
-    cost_preset: CostPreset = "off"  # off | calibrated | parallel | step-only (docs/cost_model.md)
+    cost_preset: CostPreset = "off"  # off | calibrated | parallel | step-only | vectorized (docs/cost_model.md)
 
     # Learner (PPO), same names and meaning as learner/config.py.
     lr: float = Field(3e-4, gt=0.0, allow_inf_nan=False)

@@ -209,6 +209,8 @@ class TrainingRun:
                 repr(cfg.alpha),
                 "--t-max",
                 str(cfg.t_max),
+                "--truncation",
+                cfg.truncation,
                 "--samples-per-iteration",
                 str(cfg.samples_per_iteration),
                 "--iterations",
