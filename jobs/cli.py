@@ -538,6 +538,12 @@ def bench_sampling(
         int,
         typer.Option(min=0, help="Steady-state episode lengths: valid transitions counted per configuration; 0 skips."),
     ] = 6000,
+    warmup_steps: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Warm-up steps per slot before each measured iteration (at least 256 samples in all)."
+        ),
+    ] = 200,
     length_warmup_steps: Annotated[
         int, typer.Option(min=0, help="Steady-state episode lengths: warm-up steps per slot before counting.")
     ] = 600,
@@ -573,6 +579,7 @@ def bench_sampling(
             gym_reference=not simulators if gym_reference is None else gym_reference,
             env=env or "takeover",
             length_samples=length_samples,
+            warmup_steps=warmup_steps,
             length_warmup_steps=length_warmup_steps,
             locality=_on_off(locality, "--locality"),
             ver_per_slot=ver_per_slot,

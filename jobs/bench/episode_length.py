@@ -80,4 +80,6 @@ def length_row(policy: str, mode: str, clips: int, summary: dict) -> dict:
         "p10_p50_p90": [float(np.percentile(lengths, q)) for q in (10, 50, 90)] if lengths.size else [],
         "ends": ends,
         "cut_share": ends.get("cut", 0) / lengths.size if lengths.size else float("nan"),
+        # In steady state, unlike the short timed window, which counts the start's synchronised resets.
+        "slot_resets_per_1k_valid": summary.get("slot_resets_per_1k_valid", float("nan")),
     }

@@ -38,6 +38,11 @@ class SamplingBenchConfig:
     repeats: int = 3
     samples: int = 2048  # valid transitions per measured iteration
     warmup_samples: int = 256
+    # ... and at least this many steps per slot, so that the measured iteration starts in steady state:
+    # every slot past its first episodes, their phases spread as they are later in a run (a window
+    # right after a common start times the start's synchronised resets; DPSA's carry is the mode that
+    # would be measured least fairly there, as its rounds then stay in step for a while).
+    warmup_steps: int = 200
     alpha: float = 0.5
     t_max: int = 200
     # fast's truncation: carry live episodes past a round's end and/or reset them (rows fast+carry, fast+reset).
@@ -89,6 +94,8 @@ class SamplingBenchConfig:
                 f"locality={self.locality}, locality_max_repeat={self.locality_max_repeat}: give off, on or off,on "
                 "and a max repeat >= 1"
             )
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps={self.warmup_steps}: give steps per slot >= 0")
         if self.length_samples < 0 or self.length_warmup_steps < 0:
             raise ValueError(
                 f"length_samples={self.length_samples}, length_warmup_steps={self.length_warmup_steps}: "

@@ -115,7 +115,14 @@ async def _run_preset(
                     from jobs.bench.gym_reference import measure_async_vector
 
                     summary = measure_async_vector(
-                        n, cfg.servers, preset, weights, hidden, cfg.samples, cfg.seed + repeat
+                        n,
+                        cfg.servers,
+                        preset,
+                        weights,
+                        hidden,
+                        cfg.samples,
+                        cfg.seed + repeat,
+                        warmup_samples=max(cfg.warmup_samples, cfg.warmup_steps * n),
                     )
                 else:
                     runner = runner_for(pool, hidden, weights, cfg.seed + repeat)
@@ -127,7 +134,7 @@ async def _run_preset(
                         "ver" if mode == VER_PER_SLOT else base,
                         n,
                         cfg.seed + repeat,
-                        warmup_samples=cfg.warmup_samples,
+                        warmup_samples=max(cfg.warmup_samples, cfg.warmup_steps * n),
                         samples=cfg.samples,
                         locality=local,
                         prefetch=ahead,

@@ -114,8 +114,9 @@ def _length_section(result: dict) -> list[str]:
         lines += [
             f"### policy `{policy}`",
             "",
-            "| mode | clips | episodes | mean length | vs SC | p10 / p50 / p90 | cut by truncation |",
-            "|---|---:|---:|---:|---:|---|---:|",
+            "| mode | clips | episodes | mean length | vs SC | p10 / p50 / p90 | cut by truncation "
+            "| slot resets / 1k valid |",
+            "|---|---:|---:|---:|---:|---|---:|---:|",
         ]
         for r in rows:
             if r["policy"] != policy:
@@ -123,7 +124,8 @@ def _length_section(result: dict) -> list[str]:
             percentiles = " / ".join(_fmt(q, 0) for q in r["p10_p50_p90"]) or "-"
             lines.append(
                 f"| {r['mode']} | {r['clips']} | {r['episodes']} | {_fmt(r['mean'], 1)} | "
-                f"{_fmt(r['mean_vs_sc'], 2)} | {percentiles} | {_fmt(100 * r['cut_share'], 0)}% |"
+                f"{_fmt(r['mean_vs_sc'], 2)} | {percentiles} | {_fmt(100 * r['cut_share'], 0)}% | "
+                f"{_fmt(r.get('slot_resets_per_1k_valid'), 2)} |"
             )
         lines.append("")
     return lines
