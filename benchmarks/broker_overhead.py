@@ -2,6 +2,7 @@
 
     python benchmarks/broker_overhead.py [--iterations 3] [--samples 3000] [--servers 1,2,3] [--profile]
         [--pipeline off,on] [--transport grpc,local]
+    python -m benchmarks.broker_overhead [the same flags]   # the same command, from the repository root
 
 Takeover workload with only the step latency on (preset `step-only`: 1.6 ms a step, resets
 free), `fast` mode, a freshly initialised policy, 10 and 30 slots over 2 and 3 simulator
