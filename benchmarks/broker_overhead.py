@@ -2,6 +2,7 @@
 
     python benchmarks/broker_overhead.py [--iterations 3] [--samples 3000] [--servers 1,2,3] [--profile]
         [--pipeline off,on] [--transport grpc,local]
+    python -m benchmarks.broker_overhead [the same flags]   # the same command, from the repository root
 
 Takeover workload with only the step latency on (preset `step-only`: 1.6 ms a step, resets
 free), `fast` mode, a freshly initialised policy, 10 and 30 slots over 2 and 3 simulator
@@ -13,7 +14,7 @@ Each configuration measures every combination of `--pipeline` (rounds pipelined 
 not) and `--transport` (steps over gRPC StepStream, or over the servers' local step sockets,
 sim_server/local_step.py) on the same server processes, their iterations interleaved.
 
-With --profile, one more iteration per configuration runs under py-spy (jobs/bench/hot_path.py),
+With --profile, one more iteration per configuration runs under py-spy (benchmarks/tools/hot_path.py),
 attached to this process (the broker's sampler, pool and inference run here) and to the first
 simulator server, and a second table gives each one's main thread per lock-step step, in ms, by
 kind of work: waiting (the event loop idle: for the broker, on the servers), simulator,
@@ -23,11 +24,11 @@ the cores).
 
 The ideal is not reachable by any closed loop: each step, every server wakes on its message and
 the driver wakes on the answers. So each configuration also measures the closed-loop floor
-(jobs/bench/loop_floor.py) between the broker's iterations: as many probe server processes and
+(benchmarks/tools/loop_floor.py) between the broker's iterations: as many probe server processes and
 slots, doing per step only the servers' measured compute and the rest of the latency's wait, and
 a driver that does nothing but write and read. Its share of its ideal is what this machine
 allows; `raw/floor` is the broker's share over it. Between them sits the bare driver
-(jobs/bench/bare_driver.py), also measured between the broker's iterations: the very server
+(benchmarks/tools/bare_driver.py), also measured between the broker's iterations: the very server
 processes the broker steps, over the same sockets and messages, stepped by a loop that only writes
 fixed actions and reads and decodes the answers, each server on its own. Floor to bare is the
 servers' own per-call work (decoding, checks, building the answer) and its transport; `raw/bare`,
@@ -60,13 +61,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from benchmarks.tools import hot_path  # noqa: E402
+from benchmarks.tools.bare_driver import run_bare  # noqa: E402
+from benchmarks.tools.loop_floor import LoopFloor, processes_cpu_s  # noqa: E402
 from broker.dealer import HOLDOUT_EVERY, ClipDealer  # noqa: E402
 from broker.policy_runner import PolicyRunner  # noqa: E402
 from broker.pool import PoolCounters, SimulatorPool  # noqa: E402
 from broker.samplers import make_sampler  # noqa: E402
-from jobs.bench import hot_path  # noqa: E402
-from jobs.bench.bare_driver import run_bare  # noqa: E402
-from jobs.bench.loop_floor import LoopFloor, processes_cpu_s  # noqa: E402
 from jobs.processes import start_service  # noqa: E402
 from sim_server.cost_model import PRESETS  # noqa: E402
 
@@ -272,11 +273,11 @@ async def main(args: argparse.Namespace) -> None:
             f"{sp['waiting']:.2f} {sp['resetting']:.2f}"
         )
     print(
-        "floor: the closed-loop floor's share of its ideal (jobs/bench/loop_floor.py: as many probe server processes "
-        "and slots,\nthe servers' measured compute spun, the rest of the step latency waited as they wait, "
+        "floor: the closed-loop floor's share of its ideal (benchmarks/tools/loop_floor.py: as many probe server "
+        "processes and slots,\nthe servers' measured compute spun, the rest of the step latency waited as they wait, "
         "answers of the same size,\nno inference, encoding or checks), measured between the broker's iterations; "
         "raw/floor: the broker's share over the floor's;\nbare: the bare driver's share of its ideal "
-        "(jobs/bench/bare_driver.py: the same server processes, sockets and messages, stepped by a loop\nthat "
+        "(benchmarks/tools/bare_driver.py: the same server processes, sockets and messages, stepped by a loop\nthat "
         "only writes fixed actions, reads and decodes, each server on its own, resets left out), measured "
         "between the broker's iterations;\nraw/bare: the broker's raw throughput over the bare driver's on the same "
         "servers. floor -> bare is the servers' own per-call work; bare -> broker is the broker's"

@@ -1,6 +1,7 @@
 """DPSA's truncation targets, read off one `fast bench sampling` run's sampling.json (issue 26).
 
     .venv/bin/python benchmarks/carry_targets.py benchmarks/results/sampling-carry/sampling.json
+    .venv/bin/python -m benchmarks.carry_targets [the same flags]   # the same command, from the repository root
 
 Per preset, policy and clip count: FAST with `carry` against FAST with `reset` and against the
 best other mode of the same run (every mode with the same prefetch and locality), carry's mean

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/default_run_seeds.py --seeds 0-4
     .venv/bin/python benchmarks/default_run_seeds.py --seeds 0-4 --report-only   # the table of runs on disk
+    .venv/bin/python -m benchmarks.default_run_seeds [the same flags]   # the same command, from the repository root
 
 Each seed is the whole local stack that `python3 dev.py train` starts, with every default
 (`--seed S --name default-seed-S`), one after the other so no run slows another. The table

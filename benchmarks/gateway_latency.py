@@ -4,6 +4,7 @@ printed first is an HTTP round trip to the gateway that asks no upstream (urllib
 per call, as every REST figure here).
 
     python benchmarks/gateway_latency.py [--requests 200]
+    python -m benchmarks.gateway_latency [the same flags]   # the same command, from the repository root
 
 Starts one simulator server, the learner, the broker and the gateway on loopback (the same stack as
 tests/live_stack.py), lets the run go, and prints medians and 95th percentiles side by side.

@@ -1,6 +1,7 @@
 """Time of one SMPO-PPO update on a realistic batch, padded as DPSA pads it and compacted.
 
     python benchmarks/learner_update.py [--steps 256] [--slots 10] [--padding 0.2] [--repeats 7] [--device cuda]
+    python -m benchmarks.learner_update [the same flags]   # the same command, from the repository root
 
 The batch: N slots of the takeover workload (its observation size, Box(2) actions), each slot
 holding the same number K of valid transitions in episodes of geometric length (mean 35,

@@ -1,6 +1,7 @@
 """The prefetch-and-locality targets, read off one `fast bench sampling` run's sampling.json.
 
     .venv/bin/python benchmarks/prefetch_targets.py benchmarks/results/sampling-prefetch/sampling.json
+    .venv/bin/python -m benchmarks.prefetch_targets [the same flags]   # the same command, from the repository root
 
 Per preset, policy and clip count: FAST with prefetch and locality against the best other mode of
 the same run (every other mode may use prefetch and locality too), its share of its own limit and

@@ -1,6 +1,7 @@
 """Simulator server overhead: gRPC against in-process stepping, measured side by side.
 
     python benchmarks/sim_server.py [--env takeover] [--slots 8] [--steps 2000] [--repeats 3]
+    python -m benchmarks.sim_server [the same flags]   # the same command, from the repository root
 
 One `fast sim-server` process (cost model off) and the same environment built in this
 process, stepped with the same random actions in lock-step over all slots, interleaved

@@ -1,6 +1,7 @@
 """Soak: a long `fast train` at many slots, with every process's memory and descriptors sampled.
 
     python benchmarks/soak.py --minutes 30 --servers 4 --slots 16 --preset calibrated
+    python -m benchmarks.soak [the same flags]   # the same command, from the repository root
 
 Starts `fast train` as a user does, reads the pids of its services from the run's config.yaml,
 and samples each process's resident memory (VmRSS) and open file descriptors every

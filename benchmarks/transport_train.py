@@ -1,6 +1,7 @@
 """The default `fast train` over gRPC and over the local step sockets, side by side.
 
     python benchmarks/transport_train.py [--iterations 100] [--seed 0] [--repeats 1] [--out DIR]
+    python -m benchmarks.transport_train [the same flags]   # the same command, from the repository root
 
 Runs `fast train` with its defaults (the README's default run, cut to `--iterations`, without the
 final evaluation), alternately with the broker stepping its simulator servers over gRPC

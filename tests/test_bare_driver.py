@@ -1,4 +1,4 @@
-"""The bare driver (jobs/bench/bare_driver.py): real simulator server processes, stepped by a loop
+"""The bare driver (benchmarks/tools/bare_driver.py): real simulator server processes, stepped by a loop
 that does nothing else, as the broker's overhead benchmark measures them."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from conftest import sim_server  # as the other tests import it: `tests.conftest` would run it twice (a new token)
 
+from benchmarks.tools.bare_driver import fixed_actions, run_bare
 from fast.spaces import SpaceSpec
-from jobs.bench.bare_driver import fixed_actions, run_bare
 
 
 @pytest.mark.timeout(120)

@@ -1,15 +1,15 @@
-"""benchmarks/chaos.py: its checks on hand-made answers and batches, then its whole machinery on a tiny run."""
+"""benchmarks/chaos.py and its parts: their checks on hand-made answers and batches, then a tiny whole run."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from benchmarks.chaos import main_async
+from benchmarks.chaos_plan import ChaosConfig, make_plan
+from benchmarks.chaos_proxies import CORRUPTION_FIELD, CORRUPTIONS, LearnerProxy, Ledger, SimulatorProxy
 from broker import answers
 from fast import tensor
 from fast.spaces import SpaceSpec
@@ -17,12 +17,6 @@ from fast.v1 import learner_pb2
 from fast.v1 import simulator_pb2 as pb
 from learner.wire import batch_to_proto
 from sim_server.client import step_reply
-
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "chaos.py"
-_spec = importlib.util.spec_from_file_location("fast_benchmark_chaos", _PATH)
-chaos = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = chaos  # dataclasses look their module up by name
-_spec.loader.exec_module(chaos)
 
 SPACE = SpaceSpec(kind="box", shape=(3,), dtype=np.dtype(np.float32), low=np.full(3, -10.0), high=np.full(3, 10.0))
 
@@ -39,29 +33,29 @@ def _answer(slots: list[int], obs: np.ndarray, rewards: np.ndarray) -> pb.StepRe
     )
 
 
-def _proxy(ledger, *, garbage: bool) -> chaos.SimulatorProxy:
-    proxy = chaos.SimulatorProxy(0, "127.0.0.1:1", ledger, seed=0, max_streak=4)
+def _proxy(ledger, *, garbage: bool) -> SimulatorProxy:
+    proxy = SimulatorProxy(0, "127.0.0.1:1", ledger, seed=0, max_streak=4)
     if garbage:
         proxy.start_garbage(60.0, 1.0)
     return proxy
 
 
 def test_every_corruption_is_a_bad_answer_the_broker_names_by_field() -> None:
-    ledger = chaos.Ledger()
+    ledger = Ledger()
     proxy = _proxy(ledger, garbage=True)
     asked = np.array([0, 1])
-    for kind in chaos.CORRUPTIONS:
+    for kind in CORRUPTIONS:
         proxy.streak = 0
         bad = proxy._answer(_answer([0, 1], np.ones((2, 3)), np.array([1.0, 2.0])))
         assert ledger.corrupted[-1]["kind"] == kind
         problem = answers.step_problem(step_reply(bad), asked, SPACE)
-        assert problem.startswith(chaos.CORRUPTION_FIELD[kind] + ":"), problem
+        assert problem.startswith(CORRUPTION_FIELD[kind] + ":"), problem
     # The real steps behind corrupted answers are spoiled, never produced; their slots forget what they held.
     assert len(ledger.spoiled) > 0 and not ledger.produced and proxy.before == {0: None, 1: None}
 
 
 def test_garbage_never_runs_to_the_streak_that_would_drop_the_simulator() -> None:
-    ledger = chaos.Ledger()
+    ledger = Ledger()
     proxy = _proxy(ledger, garbage=True)
     for _ in range(10):
         proxy._answer(_answer([0], np.ones((1, 3)), np.array([0.0])))
@@ -85,13 +79,13 @@ def _batch(obs: np.ndarray, rewards: np.ndarray, valid: np.ndarray) -> bytes:
 
 
 def test_a_valid_transition_the_simulators_did_not_produce_is_counted_as_corruption() -> None:
-    ledger = chaos.Ledger()
+    ledger = Ledger()
     sim = _proxy(ledger, garbage=False)
     first, second = np.array([[0.0, 1.0, 2.0]]), np.array([[3.0, 4.0, 5.0]])
     sim.before[0] = first.astype(np.float32)[0].tobytes()  # what a Reset delivered
     sim._answer(_answer([0], second, np.array([0.5])))
     sim._answer(_answer([0], first, np.array([0.25])))
-    learner = chaos.LearnerProxy("127.0.0.1:1", ledger)
+    learner = LearnerProxy("127.0.0.1:1", ledger)
 
     obs = np.stack([first, second])  # [T=2, N=1, 3]: the slot's observation before each step
     valid = np.ones((2, 1), dtype=bool)
@@ -107,9 +101,9 @@ def test_a_valid_transition_the_simulators_did_not_produce_is_counted_as_corrupt
 
 
 def test_the_fault_plan_is_seeded_and_inside_the_run() -> None:
-    cfg = chaos.ChaosConfig(iterations=40, kills=10, stops=3)
-    plan = chaos.make_plan(cfg)
-    assert plan == chaos.make_plan(cfg) and plan != chaos.make_plan(chaos.ChaosConfig(iterations=40, seed=1))
+    cfg = ChaosConfig(iterations=40, kills=10, stops=3)
+    plan = make_plan(cfg)
+    assert plan == make_plan(cfg) and plan != make_plan(ChaosConfig(iterations=40, seed=1))
     kinds = [f.kind for f in plan]
     assert [kinds.count(k) for k in ("sim-kill", "sim-stop", "garbage", "learner-kill")] == [10, 3, 1, 1]
     assert all(1 <= f.at_iteration <= cfg.iterations - 3 for f in plan)
@@ -121,7 +115,7 @@ def test_the_fault_plan_is_seeded_and_inside_the_run() -> None:
 @pytest.mark.chaos
 @pytest.mark.timeout(240)
 def test_a_tiny_chaos_run_loses_duplicates_and_corrupts_nothing() -> None:
-    cfg = chaos.ChaosConfig(
+    cfg = ChaosConfig(
         iterations=8,
         servers=2,
         kills=2,
@@ -132,7 +126,7 @@ def test_a_tiny_chaos_run_loses_duplicates_and_corrupts_nothing() -> None:
         baseline=False,
         run_timeout_s=150.0,
     )
-    result = asyncio.run(chaos.main_async(cfg, None, "test", lambda message: None))
+    result = asyncio.run(main_async(cfg, None, "test", lambda message: None))
     run = result["runs"]["chaos"]
     detail = {k: run[k] for k in ("verdict", "batches", "corruption", "versions", "progress", "broker_tail")}
     assert run["completed"] and run["broker_exit_code"] == 0, detail

@@ -1,4 +1,4 @@
-"""The hot-path profile's sorting of py-spy stacks into kinds of work (jobs/bench/hot_path.py),
+"""The hot-path profile's sorting of py-spy stacks into kinds of work (benchmarks/tools/hot_path.py),
 and py-spy attached to a real process."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from jobs.bench import hot_path
+from benchmarks.tools import hot_path
 
 LOOP = "BaseEventLoop._run_once (asyncio/base_events.py:1922);Handle._run (asyncio/events.py:80)"
 
@@ -90,7 +90,7 @@ def test_busy_time_is_samples_over_rate_for_the_main_thread_only_and_waiting_is_
             stack(LOOP, "PolicyRunner.act (broker/policy_runner.py:108)") + " 50",
             stack(LOOP, "from_proto (fast/tensor.py:91)") + " 25",
             stack(LOOP, "EpollSelector.select (selectors.py:468)") + " 900",  # idle, also outside the window
-            stack(LOOP, "settle (jobs/bench/hot_path.py:135)") + " 75",  # the profiler's own pause: skipped
+            stack(LOOP, "settle (benchmarks/tools/hot_path.py:135)") + " 75",  # the profiler's own pause: skipped
             stack("Thread.run (threading.py:982)", "poll (grpc/aio/_poller.py:1)", thread="thread (8): poller")
             + " 400",
             "not a stack line",

@@ -7,12 +7,14 @@
 A module may import its own package and the layers below it. A service reaches another
 service only through the modules that service exports for it (EXPORTS), and only where
 the design has one call the other (MAY_USE); what those modules import in turn is held to
-the same rule, so an export cannot drag in its service's internals.
+the same rule, so an export cannot drag in its service's internals. The lab (benchmarks/, tests/)
+may import any layer; no layer imports the lab or launches its modules.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +39,10 @@ MAY_USE = {"broker": {"sim_server", "learner"}}
 
 # `python -m fast` must run the command: the entry point names the top layer and is never imported.
 ENTRY_POINTS = {"fast.__main__"}
+
+# The lab (docs/architecture.md): it may import the product, never the other way round.
+LAB = ("benchmarks", "tests")
+_LAB_MODULE = re.compile(r"^(benchmarks|tests)(\.\w+)+$")
 
 
 def _module_name(path: Path) -> str:
@@ -136,6 +142,35 @@ def test_what_a_service_reaches_of_another_is_only_its_exports(service: str) -> 
             if _layer(reached) == 1 and other != service and reached not in EXPORTS.get(other, set()):
                 bad.append(f"{name} reaches {reached}")
     assert not bad, "\n".join(bad)
+
+
+def _lab_uses(path: Path) -> list[str]:
+    """What a product module takes from the lab: imports of it, and module names of it in strings
+    (a `python -m benchmarks.x` it would launch)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.split(".")[0] in LAB]
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in LAB:
+            found.append(node.module)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _LAB_MODULE.match(node.value):
+            found.append(repr(node.value))
+    return found
+
+
+def test_no_product_module_uses_the_lab() -> None:
+    """benchmarks/ and tests/ measure and check the product; it runs without them (the wheel leaves them out)."""
+    bad = [f"{name} uses {used}" for name, path in SOURCES.items() for used in _lab_uses(path)]
+    assert not bad, "the product reaches into the lab:\n" + "\n".join(bad)
+
+
+def test_the_lab_check_catches_an_import_and_a_launch(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        "import benchmarks.tools.hot_path\nfrom tests import conftest\n"
+        "cmd = ['python', '-m', 'benchmarks.tools.loop_floor']\nfrom benchmarks_of_a_user import x\n"
+    )
+    assert _lab_uses(source) == ["benchmarks.tools.hot_path", "tests", "'benchmarks.tools.loop_floor'"]
 
 
 def test_the_check_itself_catches_an_upward_and_a_sideways_import() -> None:

@@ -81,11 +81,7 @@ def test_no_costs_and_no_latency_leave_no_finite_bound() -> None:
 
 
 def test_prefetch_targets_set_fast_against_the_best_other_mode_of_its_configuration() -> None:
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from prefetch_targets import targets
+    from benchmarks.prefetch_targets import targets
 
     def row(mode, eff, clips=10, policy="random"):
         return {"preset": "calibrated", "policy": policy, "mode": mode, "clips": clips, "effective_throughput": eff,
@@ -100,11 +96,7 @@ def test_prefetch_targets_set_fast_against_the_best_other_mode_of_its_configurat
 
 
 def test_carry_targets_set_carry_against_reset_the_best_other_mode_and_sc_lengths() -> None:
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from carry_targets import targets, verdicts
+    from benchmarks.carry_targets import targets, verdicts
 
     def row(mode, eff, preset="vectorized", clips=10, resets=20.0, length_vs_sc=0.8):
         return {"preset": preset, "policy": "random", "mode": mode, "clips": clips, "effective_throughput": eff,

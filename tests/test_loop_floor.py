@@ -1,4 +1,4 @@
-"""The closed-loop floor probe (jobs/bench/loop_floor.py): real probe server processes over Unix sockets."""
+"""The closed-loop floor probe (benchmarks/tools/loop_floor.py): real probe server processes over Unix sockets."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.bench.loop_floor import LoopFloor
+from benchmarks.tools.loop_floor import LoopFloor
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,7 +54,7 @@ def test_the_floor_refuses_costs_and_shapes_that_make_no_sense() -> None:
 
 def test_a_probe_server_refuses_bad_costs_naming_the_flag(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "jobs.bench.loop_floor", "--socket", str(tmp_path / "s.sock")]
+        [sys.executable, "-m", "benchmarks.tools.loop_floor", "--socket", str(tmp_path / "s.sock")]
         + ["--compute-s", "0.01", "--latency-s", "0.002", "--answer-bytes", "8"],
         cwd=ROOT,
         capture_output=True,

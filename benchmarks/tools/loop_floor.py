@@ -18,7 +18,8 @@ Its throughput against the same ideal (slots over the latency the probe's server
 measured) is the share a framework could reach here; the broker's share beside it shows how
 much of the gap is the broker's own and how much is the machine's.
 
-Run as a module (`python -m jobs.bench.loop_floor --socket PATH ...`) it is one probe server.
+Run as a module (`python -m benchmarks.tools.loop_floor --socket PATH ...`, from the repository root) it is one
+probe server.
 """
 
 from __future__ import annotations
@@ -103,8 +104,8 @@ async def serve(path: str, compute_s: float, latency_s: float, answer_bytes: int
 
 def _start(path: Path, compute_s: float, latency_s: float, answer_bytes: int) -> subprocess.Popen:
     """A probe server process on `path`; what it prints goes to `path`.log (read if it fails to start)."""
-    command = [sys.executable, "-m", "jobs.bench.loop_floor", "--socket", str(path), "--compute-s", repr(compute_s)]
-    command += ["--latency-s", repr(latency_s), "--answer-bytes", str(answer_bytes)]
+    command = [sys.executable, "-m", "benchmarks.tools.loop_floor", "--socket", str(path)]
+    command += ["--compute-s", repr(compute_s), "--latency-s", repr(latency_s), "--answer-bytes", str(answer_bytes)]
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, PARENT_ENV: str(os.getpid()), "PYTHONPATH": root}
     with open(path.with_suffix(".log"), "wb") as log:
@@ -229,7 +230,7 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="one loop-floor probe server (jobs/bench/loop_floor.py)")
+    parser = argparse.ArgumentParser(description="one loop-floor probe server (benchmarks/tools/loop_floor.py)")
     parser.add_argument("--socket", required=True)
     parser.add_argument("--compute-s", type=float, required=True)
     parser.add_argument("--latency-s", type=float, required=True)
