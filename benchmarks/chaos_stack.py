@@ -92,6 +92,9 @@ class Stack:
                 "max_bad_answers",
             )
         }
+        # Every Step must cross the proxies, where the faults are made and the ledger is kept: the
+        # local step socket a server names in Describe (broker/config.py, on by default) would go round them.
+        env["FAST_BROKER_LOCAL_STEP"] = "false"
         flags = {
             "simulators": ",".join(p.address for p in self.sim_proxies),
             "learner": self.learner_proxy.address,
