@@ -340,3 +340,21 @@ def test_learner_defaults_are_ppo_configs() -> None:
     ppo = PPOConfig()
     for name in PPOConfig.__dataclass_fields__:
         assert LearnerConfig.model_fields[name].default == getattr(ppo, name), name
+
+
+def test_a_run_starts_its_services_from_configs(tmp_path: Path) -> None:
+    """What `fast train` hands each service: its own settings under the same names, as flags."""
+    cfg = TrainConfig(**{k: v for k, v in SAMPLES["train"].items() if k != "simulators"})
+    sim = cfg.sim_server_config()
+    assert (sim.env, sim.slots, sim.cost_preset, sim.port) == ("gym:Pendulum-v1", 6, "calibrated", 0)
+    learner = cfg.learner_config(tmp_path)
+    assert learner.checkpoint_dir == tmp_path / "checkpoints" and learner.anneal_lr_updates == cfg.iterations
+    for name in ("lr", "update_epochs", "num_minibatches", "gamma", "ent_coef", "norm_reward", "init_log_std"):
+        assert getattr(learner, name) == getattr(cfg, name), name
+    assert learner.seed == cfg.seed
+    broker = cfg.broker_config(["127.0.0.1:1"], "127.0.0.1:2", tmp_path, 10)
+    for name in ("mode", "alpha", "t_max", "truncation", "locality", "prefetch", "pipeline", "local_step"):
+        assert getattr(broker, name) == getattr(cfg, name), name
+    assert (broker.iterations, broker.holdout_every, broker.run_dir) == (cfg.iterations, 10, str(tmp_path))
+    gateway = cfg.gateway_config("127.0.0.1:3", "127.0.0.1:2")
+    assert gateway.port == cfg.gateway_port and "--port" in gateway.to_argv()

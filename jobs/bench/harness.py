@@ -239,7 +239,7 @@ def with_limit(summary: dict, pool: SimulatorPool, slots: np.ndarray, calls: Poo
 
 @asynccontextmanager
 async def simulator_pool(
-    cfg: SamplingBenchConfig, preset: str, external: ExternalSimulators | None = None, extra: tuple[str, ...] = ()
+    cfg: SamplingBenchConfig, preset: str, external: ExternalSimulators | None = None, extra: dict | None = None
 ) -> AsyncIterator[SimulatorPool]:
     """`cfg.servers` sim-server processes under `preset`, with slots for the largest clip count, as one pool.
 
@@ -248,8 +248,8 @@ async def simulator_pool(
     """
     workload = Workload(cfg.env, (), cfg.holdout_every)
     slots = math.ceil(max(cfg.clips) / cfg.servers)
-    server_args = ("--cost-preset", preset, *extra)
-    with job_simulators(workload, cfg.servers, slots, server_args, external=external) as servers:
+    settings = {"cost_preset": preset, **(extra or {})}  # sim_server/config.py
+    with job_simulators(workload, cfg.servers, slots, settings, external=external) as servers:
         pool = SimulatorPool(credentials=servers.credentials)
         try:
             for address in servers.addresses:

@@ -41,15 +41,16 @@ from jobs.bench.harness import MODES
 from jobs.bench.learning_curve import evaluate_checkpoints, time_to_target
 from jobs.external import check_simulators, inapplicable, parse_simulators
 from jobs.simulators import Workload, job_simulators
+from jobs.train.config import TrainConfig
 from learner.checkpoint import prune_checkpoints
 
 # What a mode's label may add to it (`fast+locality`, `fast+reset`): the `fast train` setting each gives.
 FEATURES = {
-    "locality": ("FAST_TRAIN_LOCALITY", "true"),
-    "prefetch": ("FAST_TRAIN_PREFETCH", "true"),
+    "locality": ("locality", True),
+    "prefetch": ("prefetch", True),
     # fast only: what a round's end does with live episodes (broker/samplers/fast.py; carry by default).
-    "carry": ("FAST_TRAIN_TRUNCATION", "carry"),
-    "reset": ("FAST_TRAIN_TRUNCATION", "reset"),
+    "carry": ("truncation", "carry"),
+    "reset": ("truncation", "reset"),
 }
 # The simulators of every run when no `simulators` are given (None in the config means these).
 DEFAULTS = {"clips": 10, "servers": 2, "preset": "calibrated"}
@@ -272,39 +273,27 @@ def _train_and_evaluate(
     run_dir = runs_dir / name
     base, *features = mode.split("+")
     # FAST_PARENT_PID: the run stops (gracefully) when this benchmark does, however it ends.
-    env = {**os.environ, **dict(FEATURES[f] for f in features), PARENT_ENV: str(os.getpid())}
+    env = {**os.environ, PARENT_ENV: str(os.getpid())}
     simulators = (
-        ["--simulators", ",".join(cfg.simulators)]
+        {"simulators": list(cfg.simulators)}
         if cfg.simulators
-        else ["--servers", str(cfg.servers), "--slots", str(slots), "--cost-preset", cfg.preset]
+        else {"servers": cfg.servers, "slots": slots, "cost_preset": cfg.preset}
     )
-    cmd = [
-        sys.executable,
-        "-m",
-        "fast",
-        "train",
-        "--mode",
-        base,
-        "--seed",
-        str(seed),
-        *simulators,
-        "--iterations",
-        str(cfg.iterations),
-        "--samples-per-iteration",
-        str(cfg.samples_per_iteration),
-        "--update-epochs",
-        str(cfg.update_epochs),
-        "--checkpoint-every",
-        str(cfg.checkpoint_every),
-        "--keep-checkpoints",
-        str(cfg.iterations + 2),
-        "--eval-episodes-per-clip",
-        "0",
-        "--name",
-        name,
-        "--runs-dir",
-        str(runs_dir),
-    ]
+    run = TrainConfig(
+        mode=base,
+        seed=seed,
+        **simulators,
+        iterations=cfg.iterations,
+        samples_per_iteration=cfg.samples_per_iteration,
+        update_epochs=cfg.update_epochs,
+        checkpoint_every=cfg.checkpoint_every,
+        keep_checkpoints=cfg.iterations + 2,
+        eval_episodes_per_clip=0,
+        name=name,
+        runs_dir=runs_dir,
+        **dict(FEATURES[f] for f in features),
+    )
+    cmd = [sys.executable, "-m", "fast", "train", *run.to_argv()]
     log(f"fast train {name} ({progress})")
     t0 = time.perf_counter()
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)

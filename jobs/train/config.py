@@ -19,6 +19,7 @@ from broker.config import BrokerConfig
 from broker.samplers import ModeName
 from broker.samplers.fast import Truncation
 from fast.settings import Settings, same_as
+from gateway.settings import GatewaySettings
 from jobs.external import env_is_an_address, inapplicable, parse_simulators
 from learner.config import LearnerConfig
 from sim_server.config import SimServerConfig
@@ -149,3 +150,62 @@ class TrainConfig(Settings):
     @property
     def run_dir(self) -> Path:
         return Path(self.runs_dir) / self.name
+
+    # The services of a run, as configs (jobs/train/orchestrate.py starts each with its `to_argv()`):
+    # the settings this run decides, on loopback; the others are left to the service's defaults.
+
+    def sim_server_config(self) -> SimServerConfig:
+        return SimServerConfig(env=self.env, slots=self.slots, host="127.0.0.1", port=0, cost_preset=self.cost_preset)
+
+    def learner_config(self, run_dir: Path) -> LearnerConfig:
+        return LearnerConfig(
+            host="127.0.0.1",
+            port=0,
+            checkpoint_dir=run_dir / "checkpoints",
+            seed=self.seed,
+            anneal_lr_updates=self.iterations if self.anneal_lr else 0,
+            **{name: getattr(self, name) for name in _LEARNER_SETTINGS},
+        )
+
+    def broker_config(self, simulators: list[str], learner: str, run_dir: Path, holdout_every: int) -> BrokerConfig:
+        return BrokerConfig(
+            simulators=simulators,
+            learner=learner,
+            host="127.0.0.1",
+            port=0,
+            iterations=self.iterations,
+            seed=self.seed,
+            run_dir=str(run_dir),
+            holdout_every=holdout_every,
+            **{name: getattr(self, name) for name in _BROKER_SETTINGS},
+        )
+
+    def gateway_config(self, broker: str, learner: str) -> GatewaySettings:
+        return GatewaySettings(broker=broker, learner=learner, host="127.0.0.1", port=self.gateway_port)
+
+
+# The settings of a run passed to a service under the same name (`same_as` above).
+_BROKER_SETTINGS = (
+    "mode",
+    "alpha",
+    "t_max",
+    "truncation",
+    "samples_per_iteration",
+    "locality",
+    "locality_max_repeat",
+    "prefetch",
+    "pipeline",
+    "local_step",
+)
+_LEARNER_SETTINGS = (
+    "lr",
+    "update_epochs",
+    "num_minibatches",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "gamma",
+    "ent_coef",
+    "norm_reward",
+    "init_log_std",
+    "obs_norm",
+)
