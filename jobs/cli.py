@@ -11,11 +11,12 @@ import typer
 from pydantic import BaseModel
 
 from broker.config import BrokerConfig
-from broker.samplers import MODE_NAMES
 from fast.config import ConfigError, resolve_config
 from fast.lifecycle import exit_with_parent
-from fast.settings import options
+from fast.settings import given, options
 from gateway.settings import GatewaySettings
+from jobs.bench.config import DEFAULTS as BENCH_TRAIN_DEFAULTS
+from jobs.bench.config import SamplingBenchConfig, TrainBenchConfig
 from jobs.train.config import TrainConfig
 from learner.config import LearnerConfig
 from sim_server.config import SimServerConfig
@@ -168,17 +169,28 @@ def _csv(value: str, cast, option: str) -> tuple:
         raise typer.BadParameter(f"{value!r} is not a comma-separated list", param_hint=option) from None
 
 
+# The benchmarks' options take their defaults from their configs (jobs/bench/config.py), which do not load torch.
+
+
+def _text(values: tuple) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def _on_off_text(values: tuple[bool, ...]) -> str:
+    return ",".join("on" if v else "off" for v in values)
+
+
 @bench_app.command("sampling")
 def bench_sampling(
-    modes: Annotated[str, typer.Option(help="Sampling modes, comma-separated.")] = ",".join(MODE_NAMES),
-    clips: Annotated[str, typer.Option(help="Clip counts (parallel slots), comma-separated.")] = "5,10,20,30",
+    ctx: typer.Context,
+    modes: Annotated[str, typer.Option(help="Sampling modes, comma-separated.")] = _text(SamplingBenchConfig.modes),
+    clips: Annotated[str, typer.Option(help="Clip counts (parallel slots), comma-separated.")] = _text(
+        SamplingBenchConfig.clips
+    ),
     preset: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Cost presets, comma-separated (docs/cost_model.md). \\[default: calibrated,parallel,vectorized]"
-        ),
-    ] = None,
-    servers: Annotated[Optional[int], typer.Option(min=1, help="Simulator server processes. \\[default: 2]")] = None,
+        str, typer.Option(help="Cost presets, comma-separated (docs/cost_model.md); with --simulators: none.")
+    ] = _text(SamplingBenchConfig.presets),
+    servers: Annotated[int, typer.Option(min=1, help="Simulator server processes.")] = SamplingBenchConfig.servers,
     simulators: Annotated[
         Optional[str],
         typer.Option(
@@ -187,68 +199,70 @@ def bench_sampling(
             "--gym-reference then do not apply)."
         ),
     ] = None,
-    repeats: Annotated[int, typer.Option(min=1, help="Interleaved repeats; medians are reported.")] = 3,
-    samples: Annotated[int, typer.Option(min=1, help="Valid transitions per measured iteration.")] = 2048,
-    alpha: Annotated[float, typer.Option(help="FAST termination-rate threshold.")] = 0.5,
-    t_max: Annotated[int, typer.Option(help="FAST round length limit.")] = 200,
+    repeats: Annotated[
+        int, typer.Option(min=1, help="Interleaved repeats; medians are reported.")
+    ] = SamplingBenchConfig.repeats,
+    samples: Annotated[
+        int, typer.Option(min=1, help="Valid transitions per measured iteration.")
+    ] = SamplingBenchConfig.samples,
+    alpha: Annotated[float, typer.Option(help="FAST termination-rate threshold.")] = SamplingBenchConfig.alpha,
+    t_max: Annotated[int, typer.Option(help="FAST round length limit.")] = SamplingBenchConfig.t_max,
     truncation: Annotated[
         str,
         typer.Option(
             help="FAST at a round's end: carry live episodes on, reset them, or carry,reset for both "
             "(rows fast+carry, fast+reset)."
         ),
-    ] = "carry,reset",
-    seed: Annotated[int, typer.Option(help="Seed of clip dealing, actions and the random policy.")] = 0,
+    ] = _text(SamplingBenchConfig.truncations),
+    seed: Annotated[
+        int, typer.Option(help="Seed of clip dealing, actions and the random policy.")
+    ] = SamplingBenchConfig.seed,
     checkpoint_dir: Annotated[
         Optional[Path], typer.Option(help="A fast train run's checkpoints/: adds the trained policy.")
-    ] = None,
+    ] = SamplingBenchConfig.checkpoint_dir,
     gym_reference: Annotated[
-        Optional[bool],
+        bool,
         typer.Option(
-            help="Also measure Gymnasium's AsyncVectorEnv with autoreset (takeover only). "
-            "\\[default: on, off with --simulators]"
+            help="Also measure Gymnasium's AsyncVectorEnv with autoreset (takeover only); off with --simulators."
         ),
-    ] = None,
+    ] = SamplingBenchConfig.gym_reference,
     env: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Workload: takeover, or gym:<id> such as gym:highway_env:highway-fast-v0. \\[default: takeover]"
-        ),
-    ] = None,
+        str, typer.Option(help="Workload: takeover, or gym:<id> such as gym:highway_env:highway-fast-v0.")
+    ] = SamplingBenchConfig.env,
     ver_per_slot: Annotated[
         bool, typer.Option(help="Also measure VER stepping one slot per Step call (rows ver+perslot), as it was.")
-    ] = False,
+    ] = SamplingBenchConfig.ver_per_slot,
     locality: Annotated[
         str,
         typer.Option(
             help="Clip dealing with map locality: off, on, or off,on for both (rows MODE+locality; docs/bench.md)."
         ),
-    ] = "off,on",
+    ] = _on_off_text(SamplingBenchConfig.locality),
     locality_max_repeat: Annotated[
         int, typer.Option(min=1, help="Locality's diversity knob: clips of one map a server gets in a row.")
-    ] = 8,
+    ] = SamplingBenchConfig.locality_max_repeat,
     prefetch: Annotated[
         str,
         typer.Option(
             help="Load slots' next clips while they step (fast.v1 Prepare): off, on, or off,on for both "
             "(rows MODE+prefetch)."
         ),
-    ] = "off,on",
+    ] = _on_off_text(SamplingBenchConfig.prefetch),
     prefetch_step_penalty: Annotated[
-        Optional[str],
+        str,
         typer.Option(
             help="Fractions of the step latency added while a background load runs, comma-separated; each "
-            "value gets servers of its own (rows PRESET+penalty<value>; only presets with step and load costs). "
-            "\\[default: 0,0.25; 0 with --simulators]"
+            "value gets servers of its own (rows PRESET+penalty<value>; only presets with step and load costs); "
+            "with --simulators: 0."
         ),
-    ] = None,
+    ] = _text(SamplingBenchConfig.prefetch_step_penalties),
     length_samples: Annotated[
         int,
         typer.Option(min=0, help="Steady-state episode lengths: valid transitions counted per configuration; 0 skips."),
-    ] = 6000,
+    ] = SamplingBenchConfig.length_samples,
     length_warmup_steps: Annotated[
         int, typer.Option(min=0, help="Steady-state episode lengths: warm-up steps per slot before counting.")
-    ] = 600,
+    ] = SamplingBenchConfig.length_warmup_steps,
     out: Annotated[
         Optional[Path], typer.Option(help="Output directory. \\[default: runs/bench-sampling-<timestamp>]")
     ] = None,
@@ -256,20 +270,23 @@ def bench_sampling(
     """Every sampling mode at every clip count and cost preset, interleaved: JSON, a markdown table, PNG charts."""
     import time as _time
 
-    from jobs.bench.harness import EXTERNAL, SamplingBenchConfig
+    from jobs.bench.config import EXTERNAL
     from jobs.bench.sampling import run
     from jobs.external import inapplicable
 
     try:
-        if simulators:
-            given = {"--preset": preset, "--servers": servers, "--env": env, "--gym-reference": gym_reference}
-            if any(value is not None for value in given.values()):
-                raise ValueError(inapplicable(flag for flag, value in given.items() if value is not None))
+        external = bool(simulators)
+        refused = [
+            f"--{name.replace('_', '-')}" for name in ("preset", "servers", "env", "gym_reference") if given(ctx, name)
+        ]
+        if external and refused:
+            raise ValueError(inapplicable(refused))
+        penalties = "0" if external and not given(ctx, "prefetch_step_penalty") else prefetch_step_penalty
         cfg = SamplingBenchConfig(
             modes=_csv(modes, str, "--modes"),
             clips=_csv(clips, int, "--clips"),
-            presets=(EXTERNAL,) if simulators else _csv(preset or "calibrated,parallel,vectorized", str, "--preset"),
-            servers=servers or 2,
+            presets=(EXTERNAL,) if external else _csv(preset, str, "--preset"),
+            servers=servers,
             simulators=_csv(simulators or "", str, "--simulators"),
             repeats=repeats,
             samples=samples,
@@ -278,16 +295,14 @@ def bench_sampling(
             truncations=_csv(truncation, str, "--truncation"),
             seed=seed,
             checkpoint_dir=checkpoint_dir,
-            gym_reference=not simulators if gym_reference is None else gym_reference,
-            env=env or "takeover",
+            gym_reference=gym_reference and not external,
+            env=env,
             length_samples=length_samples,
             length_warmup_steps=length_warmup_steps,
             locality=_on_off(locality, "--locality"),
             ver_per_slot=ver_per_slot,
             prefetch=_on_off(prefetch, "--prefetch"),
-            prefetch_step_penalties=_csv(
-                prefetch_step_penalty or ("0" if simulators else "0,0.25"), float, "--prefetch-step-penalty"
-            ),
+            prefetch_step_penalties=_csv(penalties, float, "--prefetch-step-penalty"),
             locality_max_repeat=locality_max_repeat,
         )
         out_dir = out or Path("runs") / f"bench-sampling-{_time.strftime('%Y%m%d-%H%M%S')}"
@@ -309,17 +324,20 @@ def bench_train(
         typer.Option(
             help="Sampling modes, comma-separated; a mode may add +locality and/or +prefetch (e.g. fast+locality)."
         ),
-    ] = "sc,sgr,ver,fast",
+    ] = _text(TrainBenchConfig.modes),
     clips: Annotated[
-        Optional[int], typer.Option(min=1, help="Parallel clips (slots) of every run. \\[default: 10]")
-    ] = None,
-    seeds: Annotated[int, typer.Option(min=1, help="Seeds per mode.")] = 3,
+        Optional[int],
+        typer.Option(min=1, help=f"Parallel clips (slots) of every run; unset: {BENCH_TRAIN_DEFAULTS['clips']}."),
+    ] = TrainBenchConfig.clips,
+    seeds: Annotated[int, typer.Option(min=1, help="Seeds per mode.")] = TrainBenchConfig.seeds,
     servers: Annotated[
-        Optional[int], typer.Option(min=1, help="Simulator server processes per run. \\[default: 2]")
-    ] = None,
+        Optional[int],
+        typer.Option(min=1, help=f"Simulator server processes per run; unset: {BENCH_TRAIN_DEFAULTS['servers']}."),
+    ] = TrainBenchConfig.servers,
     preset: Annotated[
-        Optional[str], typer.Option(help="Cost preset (docs/cost_model.md). \\[default: calibrated]")
-    ] = None,
+        Optional[str],
+        typer.Option(help=f"Cost preset (docs/cost_model.md); unset: {BENCH_TRAIN_DEFAULTS['preset']}."),
+    ] = TrainBenchConfig.preset,
     simulators: Annotated[
         Optional[str],
         typer.Option(
@@ -328,20 +346,24 @@ def bench_train(
             "then do not apply)."
         ),
     ] = None,
-    iterations: Annotated[int, typer.Option(min=1, help="Iterations per run.")] = 150,
-    samples_per_iteration: Annotated[int, typer.Option(min=1, help="Valid transitions per iteration.")] = 2048,
-    update_epochs: Annotated[int, typer.Option(min=1, help="PPO epochs per iteration.")] = 10,
+    iterations: Annotated[int, typer.Option(min=1, help="Iterations per run.")] = TrainBenchConfig.iterations,
+    samples_per_iteration: Annotated[
+        int, typer.Option(min=1, help="Valid transitions per iteration.")
+    ] = TrainBenchConfig.samples_per_iteration,
+    update_epochs: Annotated[
+        int, typer.Option(min=1, help="PPO epochs per iteration.")
+    ] = TrainBenchConfig.update_epochs,
     checkpoint_every: Annotated[
         int, typer.Option(min=1, help="Evaluate every K-th policy version on held-out clips.")
-    ] = 10,
+    ] = TrainBenchConfig.checkpoint_every,
     eval_episodes_per_clip: Annotated[
         int, typer.Option(min=1, help="Held-out episodes per clip at each evaluated version.")
-    ] = 2,
+    ] = TrainBenchConfig.eval_episodes_per_clip,
     target_return: Annotated[
         Optional[float],
         typer.Option(
-            help="Held-out return whose wall-clock is reported (80 for a new benchmark; with --report-only, "
-            "recomputed for this target, or the stored one when not given)."
+            help=f"Held-out return whose wall-clock is reported (unset: {TrainBenchConfig.target_return:g} for a new "
+            "benchmark; with --report-only, recomputed for this target, or the stored one when not given)."
         ),
     ] = None,
     out: Annotated[
@@ -360,7 +382,7 @@ def bench_train(
 ) -> None:
     import time as _time
 
-    from jobs.bench.train import TrainBenchConfig, rewrite_report, run
+    from jobs.bench.train import rewrite_report, run
 
     if report_only:
         if out is None:

@@ -358,3 +358,36 @@ def test_a_run_starts_its_services_from_configs(tmp_path: Path) -> None:
     assert (broker.iterations, broker.holdout_every, broker.run_dir) == (cfg.iterations, 10, str(tmp_path))
     gateway = cfg.gateway_config("127.0.0.1:3", "127.0.0.1:2")
     assert gateway.port == cfg.gateway_port and "--port" in gateway.to_argv()
+
+
+# `fast bench` options named otherwise than their config's field.
+BENCH_FIELDS = {"preset": "presets", "truncation": "truncations", "prefetch_step_penalty": "prefetch_step_penalties"}
+
+
+@pytest.mark.parametrize("command", ["sampling", "train"])
+def test_bench_options_default_to_their_configs(command: str) -> None:
+    """`fast bench sampling`'s --locality, --prefetch and --prefetch-step-penalty once had defaults of their own."""
+    import dataclasses
+
+    from jobs.bench.config import SamplingBenchConfig, TrainBenchConfig
+
+    config = {"sampling": SamplingBenchConfig, "train": TrainBenchConfig}[command]
+    fields = {f.name: f.default for f in dataclasses.fields(config)}
+    group = typer.main.get_command(cli.app).commands["bench"]
+    params = {param.name: param for param in group.commands[command].params}
+    compared = 0
+    for name, param in params.items():
+        field = BENCH_FIELDS.get(name, name)
+        if field not in fields:
+            continue
+        expected, shown = fields[field], param.default
+        if shown is None:  # unset: the config decides, and the help says what it does
+            assert expected in ((), None) or f"unset: {expected:g}" in param.help, name
+            continue
+        if isinstance(expected, tuple):
+            cast = type(expected[0])
+            parts = [part.strip() for part in shown.split(",")]
+            shown = tuple(part == "on" if cast is bool else cast(part) for part in parts)
+        assert shown == expected, f"--{name.replace('_', '-')}: {shown!r} != {config.__name__}.{field} {expected!r}"
+        compared += 1
+    assert compared >= {"sampling": 19, "train": 7}[command]
