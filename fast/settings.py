@@ -46,7 +46,7 @@ from typing import Any, Literal, TypeVar
 
 import annotated_types
 import yaml
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
@@ -105,11 +105,7 @@ def default_of(field: FieldInfo) -> Any:
 
 
 def _scalar_text(value: Any) -> str:
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, Path):
-        return str(value)
-    return str(value)
+    return repr(value) if isinstance(value, float) else str(value)  # repr: the float itself, read back
 
 
 def cli_default(field: FieldInfo) -> Any:
@@ -238,15 +234,15 @@ def _own_fields_first(model: type[BaseModel]) -> list[str]:
     return order + [name for name in model.model_fields if name not in order]
 
 
-def options(model: type[BaseModel], *, exclude: tuple[str, ...] = ()) -> Callable[[F], F]:
-    """A typer command taking one option per field of `model` (those in `exclude` left out).
+def options(model: type[BaseModel]) -> Callable[[F], F]:
+    """A typer command taking one option per field of `model`.
 
     The decorated function takes `settings`: the options given, field name -> value ready for
     resolve_config (an option left out is not there, so the environment or the file decides);
     its own other parameters (`--config`) stay as they are. The options come first: the model's own
     fields in their order, then those of its base classes (the TLS settings).
     """
-    fields = {name: model.model_fields[name] for name in _own_fields_first(model) if name not in exclude}
+    fields = {name: model.model_fields[name] for name in _own_fields_first(model)}
 
     def decorate(func: F) -> F:
         own = inspect.signature(func, eval_str=True)
@@ -270,7 +266,6 @@ def options(model: type[BaseModel], *, exclude: tuple[str, ...] = ()) -> Callabl
 
         context = inspect.Parameter(_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
         command.__signature__ = own.replace(parameters=[*params, *rest, context])  # type: ignore[attr-defined]
-        command.__model__ = model  # type: ignore[attr-defined]  # tests compare --help with the model
         return command  # type: ignore[return-value]
 
     return decorate
@@ -319,8 +314,6 @@ def same_as(model: type[BaseModel], name: str, **changes: Any) -> Any:
     kwargs.update(changes)
     if "default" in changes:
         kwargs.pop("default_factory", None)
-    from pydantic import Field
-
     copy = Field(**kwargs)
     copy.metadata = [*field.metadata, *copy.metadata]
     return copy
