@@ -27,9 +27,9 @@ Why a helper of our own rather than a library (looked at before writing this one
 - pydantic-settings' CLI (CliApp, CliSettingsSource) parses with argparse: it would replace typer
   under these commands (their help, `fast`'s subcommands), and its environment source reads JSON
   rather than YAML values and has no check of misspelt variables (fast/config.py has).
-Both would also be a new dependency for some 200 lines on typer's public API (a typer.Option in
-`Annotated`, a function's `__signature__`). typer is imported only when options are built, so a
-service that imports its config (and this module) does not load it.
+Both would also be a new dependency, for some 300 lines here on typer's public API (a typer.Option in
+`Annotated`, a function's `__signature__`, typer.Context's parameter source). typer is imported only
+when options are built, so a service that imports its config (and this module) does not load it.
 """
 
 from __future__ import annotations
