@@ -16,48 +16,86 @@ class BrokerConfig(TlsSettings):
     # tls_cert, tls_key, tls_ca, tls_server_name (fast/tls.py): the broker serves its control API with
     # them and dials the simulators and the learner with them (its certificate is its client certificate).
     # Where the simulators and the learner are.
-    simulators: list[str] = Field(default_factory=list)  # host:port, or dns:///name:port for every IP of a name
-    learner: str = ""  # host:port of the learner
-    host: str = "127.0.0.1"  # the broker's own control API
-    port: int = Field(0, ge=0, le=65535)
+    simulators: list[str] = Field(
+        default_factory=list,
+        description="Simulator servers: HOST:PORT[,HOST:PORT...], or dns:///NAME:PORT for every IP of a name.",
+    )
+    learner: str = Field("", description="Learner HOST:PORT.")
+    host: str = Field("127.0.0.1", description="Address of the control API.")
+    port: int = Field(0, ge=0, le=65535, description="Port of the control API; 0 picks a free one and prints it.")
     # Sampling.
-    mode: ModeName = "fast"  # broker/samplers/
-    alpha: float = Field(0.5, gt=0.0, le=1.0)  # DPSA: truncate when the termination rate reaches alpha
-    t_max: int = Field(200, ge=1)  # DPSA: ... or when the round reaches t_max steps
+    mode: ModeName = Field("fast", description="Sampling mode (broker/samplers/):")
+    alpha: float = Field(
+        0.5,
+        gt=0.0,
+        le=1.0,
+        description="DPSA: a round ends when this share of its clips has terminated (or at t_max steps).",
+    )
+    t_max: int = Field(
+        200, ge=1, description="DPSA: a round ends at this many steps (or when alpha of its clips terminated)."
+    )
     # DPSA: at the round's end, live episodes carry on into the next round (only done slots are
     # reset), or every slot is reset ("reset", the literal reading); broker/samplers/fast.py.
-    truncation: Truncation = "carry"
-    samples_per_iteration: int = Field(2048, ge=1)  # valid transitions per iteration (at least)
-    iterations: int = Field(0, ge=0)  # 0: until stopped
-    seed: int = 0
-    holdout_every: int = Field(HOLDOUT_EVERY, ge=0)  # clip c is held out when c % holdout_every == holdout_every-1
+    truncation: Truncation = Field(
+        "carry", description="DPSA at a round's end: carry live episodes on into the next round, or reset them:"
+    )
+    samples_per_iteration: int = Field(2048, ge=1, description="Valid transitions per iteration (at least).")
+    iterations: int = Field(0, ge=0, description="Iterations; 0 runs until stopped.")
+    seed: int = Field(0, description="Seed of clip dealing and action sampling.")
+    holdout_every: int = Field(
+        HOLDOUT_EVERY,
+        ge=0,
+        description="Clip c is held out of training when c % N == N-1 (broker/dealer.py); 0 holds none out.",
+    )
     # Map locality in dealing clips (broker/dealer.py): a server gets clips of the maps it has cached,
     # at most locality_max_repeat of one map while it stays cached. Needs Describe's clip_map_ids.
-    locality: bool = False
-    locality_max_repeat: int = Field(8, ge=1)
+    locality: bool = Field(
+        False,
+        description="Deal clips with map locality: a server gets clips of the maps it has cached (broker/dealer.py).",
+    )
+    locality_max_repeat: int = Field(
+        8, ge=1, description="Locality's diversity knob: clips of one map a server gets in a row while it stays cached."
+    )
     # Prefetch (fast.v1 Prepare): deal each slot's next clip ahead and have servers that serve
     # Prepare load it while the slots step; the Reset then pays only what is left.
-    prefetch: bool = False
+    prefetch: bool = Field(
+        False,
+        description="Load each slot's next clip while it steps (fast.v1 Prepare); servers without it reset as always.",
+    )
     # sgr, fast: a server that has answered steps its next row while the others still step (the row
     # is speculative until judged; broker/samplers/rounds.py); the batch is the same either way. Off
     # by default: it pays when simulators run elsewhere and step slowly, not on a few shared cores.
-    pipeline: bool = False
+    pipeline: bool = Field(
+        False,
+        description="sgr, fast: a server that has answered steps its next row while the others still step "
+        "(broker/samplers/rounds.py); the same batches.",
+    )
     # Step a simulator on this machine over the Unix socket its Describe names (sim_server/local_step.py)
     # instead of gRPC: the same messages at a fraction of the per-call cost. Others are stepped over gRPC.
-    local_step: bool = True
+    local_step: bool = Field(
+        True, description="Step simulators on this machine over their local step sockets rather than gRPC."
+    )
     # Deadlines and retries: no wait is unbounded.
-    step_timeout_s: float = Field(5.0, gt=0.0)
-    reset_timeout_s: float = Field(30.0, gt=0.0)
-    describe_timeout_s: float = Field(5.0, gt=0.0)
-    stall_timeout_s: float = Field(60.0, gt=0.0)  # sampling gives up when no valid step happens this long
+    step_timeout_s: float = Field(5.0, gt=0.0, description="Deadline of a Step call, in seconds.")
+    reset_timeout_s: float = Field(30.0, gt=0.0, description="Deadline of a Reset call, in seconds.")
+    describe_timeout_s: float = Field(5.0, gt=0.0, description="Deadline of a Describe call, in seconds.")
+    stall_timeout_s: float = Field(
+        60.0, gt=0.0, description="Sampling gives up when no valid step happens for this long, in seconds."
+    )
     # A simulator that answers against the contract this many times with no good Step answer
     # between is dropped for the rest of the run (broker/pool.py).
-    max_bad_answers: int = Field(5, ge=1)
-    startup_timeout_s: float = Field(60.0, gt=0.0)  # waiting for simulators and learner at start
-    learner_wait_s: float = Field(120.0, gt=0.0)  # waiting for an unavailable learner before failing the run
-    update_timeout_s: float = Field(600.0, gt=0.0)
+    max_bad_answers: int = Field(
+        5, ge=1, description="A simulator that answers against the contract this many times in a row is dropped."
+    )
+    startup_timeout_s: float = Field(
+        60.0, gt=0.0, description="How long to wait for the simulators and the learner at start, in seconds."
+    )
+    learner_wait_s: float = Field(
+        120.0, gt=0.0, description="How long to wait for an unavailable learner before failing the run, in seconds."
+    )
+    update_timeout_s: float = Field(600.0, gt=0.0, description="Deadline of a learner update, in seconds.")
     # Outputs.
-    run_dir: str = ""  # metrics.jsonl goes here when set
+    run_dir: str = Field("", description="Directory for metrics.jsonl; unset: none written.")
 
     @field_validator("simulators", mode="before")
     @classmethod

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from pydantic import BaseModel, model_validator
+from pydantic import Field, model_validator
+
+from fast.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -68,13 +70,19 @@ def channel_options(tls: TlsFiles) -> list[tuple[str, str]]:
     return [("grpc.ssl_target_name_override", tls.server_name)] if tls.server_name else []
 
 
-class TlsSettings(BaseModel):
+class TlsSettings(Settings):
     """The TLS settings of a service's config (a base class: FAST_<SERVICE>_TLS_CERT and so on)."""
 
-    tls_cert: Path | None = None  # PEM certificate chain served (and shown to servers that ask)
-    tls_key: Path | None = None  # its PEM private key
-    tls_ca: Path | None = None  # PEM CA: clients verify servers with it; a server with it requires client certs
-    tls_server_name: str | None = None  # the name servers' certificates are checked against, when dialled by IP
+    tls_cert: Path | None = Field(
+        None, description="TLS: PEM certificate chain served (and shown to servers that ask); docs/security.md."
+    )
+    tls_key: Path | None = Field(None, description="TLS: the certificate's PEM private key.")
+    tls_ca: Path | None = Field(
+        None, description="TLS: PEM CA that clients verify servers with; a server with it requires client certificates."
+    )
+    tls_server_name: str | None = Field(
+        None, description="TLS: the name servers' certificates are checked against, when dialled by IP."
+    )
 
     @model_validator(mode="after")
     def _tls_complete(self):

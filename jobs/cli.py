@@ -8,12 +8,18 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-import yaml
 from pydantic import BaseModel
 
-from broker.samplers import MODE_NAMES
+from broker.config import BrokerConfig
 from fast.config import ConfigError, resolve_config
 from fast.lifecycle import exit_with_parent
+from fast.settings import given, options
+from gateway.settings import GatewaySettings
+from jobs.bench.config import DEFAULTS as BENCH_TRAIN_DEFAULTS
+from jobs.bench.config import SamplingBenchConfig, TrainBenchConfig
+from jobs.train.config import TrainConfig
+from learner.config import LearnerConfig
+from sim_server.config import SimServerConfig
 
 app = typer.Typer(
     help="FAST: aligned sampling and training for parallel on-policy RL.",
@@ -25,21 +31,6 @@ app = typer.Typer(
 ConfigFile = Annotated[
     Optional[Path], typer.Option("--config", help="YAML file of settings (flags and env vars override it).")
 ]
-# Where a simulator server or the learner listens (the broker's port and host are its control API's).
-ServicePort = Annotated[Optional[int], typer.Option(help="Port; 0 picks a free one and prints it. \\[default: 0]")]
-ServiceHost = Annotated[Optional[str], typer.Option(help="Address to bind. \\[default: 127.0.0.1]")]
-
-
-def _parse_kwargs(pairs: list[str] | None) -> dict[str, Any] | None:
-    if not pairs:
-        return None
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--env-kwarg")
-        out[key] = yaml.safe_load(value)
-    return out
 
 
 def _fail(message: str) -> None:
@@ -66,362 +57,80 @@ def _serve(
         _fail(str(exc))
 
 
+# The options of the service commands and `fast train` are their models' fields (fast/settings.py):
+# one flag per setting, with the model's help, range and default.
+
+
 @app.command("sim-server")
-def sim_server(
-    env: Annotated[
-        Optional[str],
-        typer.Option(
-            help="'takeover', 'gym:<Gymnasium id>', 'gym:<module>:<env factory>' or 'slot:<module>:<SlotEnv factory>'. "
-            "\\[default: takeover]"
-        ),
-    ] = None,
-    slots: Annotated[Optional[int], typer.Option(help="Number of slots. \\[default: 8]")] = None,
-    processes: Annotated[
-        Optional[int],
-        typer.Option(
-            min=1,
-            help="Spread the slots over N worker processes, each stepping its engines in its main thread "
-            "(one engine per process when N = slots). \\[default: none: the server process steps them]",
-        ),
-    ] = None,
-    port: ServicePort = None,
-    host: ServiceHost = None,
-    seed: Annotated[Optional[int], typer.Option(help="Catalog seed. \\[default: 0]")] = None,
-    num_clips: Annotated[Optional[int], typer.Option(help="Catalog size. \\[default: 200 takeover, 1000 gym]")] = None,
-    cost_preset: Annotated[
-        Optional[str], typer.Option(help="off | calibrated | parallel | step-only | vectorized. \\[default: off]")
-    ] = None,
-    step_latency_s: Annotated[Optional[float], typer.Option(help="Override the preset's step latency.")] = None,
-    reset_fixed_s: Annotated[Optional[float], typer.Option(help="Override the preset's fixed reset cost.")] = None,
-    map_load_s: Annotated[Optional[float], typer.Option(help="Override the preset's map load cost.")] = None,
-    map_load_cached_s: Annotated[
-        Optional[float], typer.Option(help="Override the preset's cached map load cost.")
-    ] = None,
-    prefetch_step_penalty: Annotated[
-        Optional[float],
-        typer.Option(help="Fraction added to the step latency while a Prepare's background load runs. \\[default: 0]"),
-    ] = None,
-    env_kwarg: Annotated[Optional[list[str]], typer.Option(help="KEY=VALUE passed to gym.make (repeatable).")] = None,
-    max_message_bytes: Annotated[
-        Optional[int], typer.Option(help="Largest message accepted. \\[default: 64 MiB]")
-    ] = None,
-    grace_s: Annotated[Optional[float], typer.Option(help="Drain time on SIGTERM. \\[default: 5]")] = None,
-    no_step_stream: Annotated[
-        bool, typer.Option("--no-step-stream", help="Emulate a server without StepStream (advertised false, refused).")
-    ] = False,
-    no_batched_reset: Annotated[
-        bool,
-        typer.Option(
-            "--no-batched-reset", help="Emulate a server that resets one slot per call (advertised, several refused)."
-        ),
-    ] = False,
-    no_prefetch: Annotated[
-        bool, typer.Option("--no-prefetch", help="Emulate a server without Prepare (advertised false, refused).")
-    ] = False,
-    no_local_step: Annotated[
-        bool,
-        typer.Option(
-            "--no-local-step",
-            help="Serve Step over gRPC only, without the Unix socket a broker on this machine may step over.",
-        ),
-    ] = False,
-    local_step_dir: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Where the local step socket's private directory is made. \\[default: the system's temp dir]"
-        ),
-    ] = None,
-    config: ConfigFile = None,
-) -> None:
+@options(SimServerConfig)
+def sim_server(settings: dict[str, Any], config: ConfigFile = None) -> None:
     """Serve a simulator (the built-in takeover workload or a Gymnasium env) over gRPC.
 
-    Settings also come from FAST_SIM_<NAME> environment variables (e.g. FAST_SIM_SLOTS=16).
+    Settings also come from FAST_SIM_<NAME> environment variables (e.g. FAST_SIM_SLOTS=16) or the --config file.
     """
-    from sim_server.config import ENV_PREFIX, SimServerConfig
+    from sim_server.config import ENV_PREFIX
     from sim_server.server import serve
 
-    overrides = dict(
-        env=env,
-        slots=slots,
-        processes=processes,
-        port=port,
-        host=host,
-        seed=seed,
-        num_clips=num_clips,
-        cost_preset=cost_preset,
-        step_latency_s=step_latency_s,
-        reset_fixed_s=reset_fixed_s,
-        map_load_s=map_load_s,
-        map_load_cached_s=map_load_cached_s,
-        prefetch_step_penalty=prefetch_step_penalty,
-        env_kwargs=_parse_kwargs(env_kwarg),
-        max_message_bytes=max_message_bytes,
-        grace_s=grace_s,
-        step_stream=False if no_step_stream else None,
-        batched_reset=False if no_batched_reset else None,
-        prefetch=False if no_prefetch else None,
-        local_step=False if no_local_step else None,
-        local_step_dir=local_step_dir,
-    )
-    _serve(SimServerConfig, ENV_PREFIX, serve, config, overrides)
+    _serve(SimServerConfig, ENV_PREFIX, serve, config, settings)
 
 
 @app.command("learner")
-def learner(
-    port: ServicePort = None,
-    host: ServiceHost = None,
-    checkpoint_dir: Annotated[
-        Optional[Path],
-        typer.Option(help="Where checkpoints are written and resumed from. \\[default: runs/learner/checkpoints]"),
-    ] = None,
-    checkpoint_every: Annotated[
-        Optional[int], typer.Option(help="Checkpoint every K policy versions. \\[default: 10]")
-    ] = None,
-    keep_checkpoints: Annotated[Optional[int], typer.Option(help="Newest checkpoints kept. \\[default: 3]")] = None,
-    device: Annotated[
-        Optional[str], typer.Option(help="cpu | cuda | cuda:<index>. \\[default: CUDA when present, else CPU]")
-    ] = None,
-    seed: Annotated[
-        Optional[int], typer.Option(help="Seeds the initial weights and the minibatch shuffling. \\[default: 1]")
-    ] = None,
-    lr: Annotated[Optional[float], typer.Option(help="Adam learning rate. \\[default: 3e-4]")] = None,
-    update_epochs: Annotated[Optional[int], typer.Option(help="PPO epochs per batch. \\[default: 10]")] = None,
-    num_minibatches: Annotated[Optional[int], typer.Option(help="Minibatches per epoch. \\[default: 32]")] = None,
-    max_message_bytes: Annotated[
-        Optional[int], typer.Option(help="Largest message accepted. \\[default: 256 MiB]")
-    ] = None,
-    grace_s: Annotated[
-        Optional[float], typer.Option(help="Drain time on SIGTERM before the final checkpoint. \\[default: 10]")
-    ] = None,
-    config: ConfigFile = None,
-) -> None:
+@options(LearnerConfig)
+def learner(settings: dict[str, Any], config: ConfigFile = None) -> None:
     """Serve the learner (SMPO-PPO, policy versions, checkpoints) over gRPC.
 
     Every setting, PPO hyper-parameters included, also comes from FAST_LEARNER_<NAME>
     environment variables (e.g. FAST_LEARNER_GAMMA=0.995) or the --config file; see docs/learner.md.
     """
-    from learner.config import ENV_PREFIX, LearnerConfig
+    from learner.config import ENV_PREFIX
     from learner.server import serve
 
-    overrides = dict(
-        port=port,
-        host=host,
-        checkpoint_dir=checkpoint_dir,
-        checkpoint_every=checkpoint_every,
-        keep_checkpoints=keep_checkpoints,
-        device=device,
-        seed=seed,
-        lr=lr,
-        update_epochs=update_epochs,
-        num_minibatches=num_minibatches,
-        max_message_bytes=max_message_bytes,
-        grace_s=grace_s,
-    )
-    _serve(LearnerConfig, ENV_PREFIX, serve, config, overrides)
+    _serve(LearnerConfig, ENV_PREFIX, serve, config, settings)
 
 
 @app.command("broker")
-def broker(
-    simulators: Annotated[
-        Optional[str], typer.Option(help="Simulator servers: HOST:PORT[,HOST:PORT...] or dns:///NAME:PORT.")
-    ] = None,
-    learner: Annotated[Optional[str], typer.Option("--learner", help="Learner HOST:PORT.")] = None,
-    mode: Annotated[Optional[str], typer.Option(help="sc | autoreset | sgr | ver | fast. \\[default: fast]")] = None,
-    alpha: Annotated[Optional[float], typer.Option(help="DPSA termination-rate threshold. \\[default: 0.5]")] = None,
-    t_max: Annotated[Optional[int], typer.Option(help="DPSA round length limit. \\[default: 200]")] = None,
-    truncation: Annotated[
-        Optional[str],
-        typer.Option(help="DPSA at a round's end: carry live episodes on, or reset them. \\[default: carry]"),
-    ] = None,
-    samples_per_iteration: Annotated[
-        Optional[int], typer.Option(help="Valid transitions per iteration. \\[default: 2048]")
-    ] = None,
-    iterations: Annotated[Optional[int], typer.Option(help="Iterations; 0 runs until stopped. \\[default: 0]")] = None,
-    seed: Annotated[
-        Optional[int], typer.Option(help="Seed of clip dealing and action sampling. \\[default: 0]")
-    ] = None,
-    run_dir: Annotated[Optional[str], typer.Option(help="Directory for metrics.jsonl.")] = None,
-    port: Annotated[Optional[int], typer.Option(help="Port of the control API; 0 picks one. \\[default: 0]")] = None,
-    host: Annotated[Optional[str], typer.Option(help="Address of the control API. \\[default: 127.0.0.1]")] = None,
-    step_timeout_s: Annotated[Optional[float], typer.Option(help="Deadline of a Step call. \\[default: 5]")] = None,
-    learner_wait_s: Annotated[
-        Optional[float], typer.Option(help="How long to wait for an unavailable learner. \\[default: 120]")
-    ] = None,
-    config: ConfigFile = None,
-) -> None:
+@options(BrokerConfig)
+def broker(settings: dict[str, Any], config: ConfigFile = None) -> None:
     """Run the rollout broker: sample with DPSA (or a baseline mode) and train through the learner.
 
     Settings also come from FAST_BROKER_<NAME> environment variables or the --config file.
     Exits 0 when its iterations are done, 1 when the run failed.
     """
-    from broker.config import ENV_PREFIX, BrokerConfig
+    from broker.config import ENV_PREFIX
     from broker.server import serve
 
-    overrides = dict(
-        simulators=simulators,
-        learner=learner,
-        mode=mode,
-        alpha=alpha,
-        t_max=t_max,
-        truncation=truncation,
-        samples_per_iteration=samples_per_iteration,
-        iterations=iterations,
-        seed=seed,
-        run_dir=run_dir,
-        port=port,
-        host=host,
-        step_timeout_s=step_timeout_s,
-        learner_wait_s=learner_wait_s,
-    )
-    raise typer.Exit(code=_serve(BrokerConfig, ENV_PREFIX, serve, config, overrides))
+    raise typer.Exit(code=_serve(BrokerConfig, ENV_PREFIX, serve, config, settings))
 
 
 @app.command("gateway")
-def gateway(
-    broker: Annotated[Optional[str], typer.Option("--broker", help="Broker control API HOST:PORT.")] = None,
-    learner: Annotated[Optional[str], typer.Option("--learner", help="Learner HOST:PORT.")] = None,
-    port: Annotated[
-        Optional[int], typer.Option(help="HTTP port; 0 picks a free one and prints it. \\[default: 8080]")
-    ] = None,
-    host: ServiceHost = None,
-    deadline_s: Annotated[Optional[float], typer.Option(help="Deadline of every upstream call. \\[default: 5]")] = None,
-    cors_origins: Annotated[
-        Optional[str], typer.Option(help="Origins allowed by CORS, comma-separated. \\[default: none, CORS closed]")
-    ] = None,
-    config: ConfigFile = None,
-) -> None:
+@options(GatewaySettings)
+def gateway(settings: dict[str, Any], config: ConfigFile = None) -> None:
     """Serve the REST gateway: status and control of a run, Prometheus /metrics and a dashboard at /.
 
     Mutating calls need the run's token (FAST_AUTH_TOKEN or FAST_AUTH_TOKEN_FILE, as the services);
     settings also come from FAST_GATEWAY_<NAME> environment variables or the --config file; see docs/gateway.md.
     """
     from gateway.server import serve
-    from gateway.settings import ENV_PREFIX, GatewaySettings
+    from gateway.settings import ENV_PREFIX
 
-    overrides = dict(
-        broker=broker, learner=learner, port=port, host=host, deadline_s=deadline_s, cors_origins=cors_origins
-    )
-    _serve(GatewaySettings, ENV_PREFIX, serve, config, overrides)
-
-
-def _train_default(field: str) -> str:
-    # Shown in --help from TrainConfig itself, so the defaults live in one place (jobs/train/config.py).
-    from jobs.train.config import TrainConfig
-
-    # The backslash keeps rich (typer's help renderer) from reading "\\[default: ...]" as markup and dropping it.
-    return f" \\[default: {TrainConfig.model_fields[field].default}]"
+    _serve(GatewaySettings, ENV_PREFIX, serve, config, settings)
 
 
 @app.command("train")
-def train(
-    mode: Annotated[
-        Optional[str], typer.Option(help="sc | autoreset | sgr | ver | fast." + _train_default("mode"))
-    ] = None,
-    alpha: Annotated[
-        Optional[float], typer.Option(help="DPSA termination-rate threshold." + _train_default("alpha"))
-    ] = None,
-    t_max: Annotated[Optional[int], typer.Option(help="DPSA round length limit." + _train_default("t_max"))] = None,
-    truncation: Annotated[
-        Optional[str],
-        typer.Option(
-            help="DPSA at a round's end: carry live episodes on, or reset them. carry | reset."
-            + _train_default("truncation")
-        ),
-    ] = None,
-    simulators: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Train on simulator servers that run already: HOST:PORT[,HOST:PORT...] or dns:///NAME:PORT "
-            "(none started or stopped; the environment's run token; --env/--servers/--slots/--cost-preset then "
-            "do not apply)."
-        ),
-    ] = None,
-    servers: Annotated[
-        Optional[int], typer.Option(help="Simulator server processes." + _train_default("servers"))
-    ] = None,
-    slots: Annotated[Optional[int], typer.Option(help="Slots per simulator server." + _train_default("slots"))] = None,
-    seed: Annotated[
-        Optional[int],
-        typer.Option(help="Seed of dealing, sampling, initial weights and evaluation." + _train_default("seed")),
-    ] = None,
-    iterations: Annotated[
-        Optional[int], typer.Option(help="Training iterations." + _train_default("iterations"))
-    ] = None,
-    samples_per_iteration: Annotated[
-        Optional[int], typer.Option(help="Valid transitions per iteration." + _train_default("samples_per_iteration"))
-    ] = None,
-    cost_preset: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Simulator cost model: off | calibrated | parallel | step-only | vectorized."
-            + _train_default("cost_preset")
-        ),
-    ] = None,
-    env: Annotated[
-        Optional[str], typer.Option(help="'takeover' or 'gym:<Gymnasium id>'." + _train_default("env"))
-    ] = None,
-    lr: Annotated[Optional[float], typer.Option(help="Adam learning rate." + _train_default("lr"))] = None,
-    update_epochs: Annotated[
-        Optional[int], typer.Option(help="PPO epochs per iteration." + _train_default("update_epochs"))
-    ] = None,
-    eval_episodes_per_clip: Annotated[
-        Optional[int],
-        typer.Option(
-            help="Evaluation episodes per held-out clip; 0 skips it." + _train_default("eval_episodes_per_clip")
-        ),
-    ] = None,
-    checkpoint_every: Annotated[
-        Optional[int], typer.Option(help="Checkpoint every K policy versions." + _train_default("checkpoint_every"))
-    ] = None,
-    keep_checkpoints: Annotated[
-        Optional[int], typer.Option(help="Newest checkpoints kept." + _train_default("keep_checkpoints"))
-    ] = None,
-    name: Annotated[
-        Optional[str], typer.Option(help="Run name, the directory under --runs-dir. \\[default: <mode>-<timestamp>]")
-    ] = None,
-    runs_dir: Annotated[
-        Optional[Path], typer.Option(help="Where runs are written." + _train_default("runs_dir"))
-    ] = None,
-    gateway_port: Annotated[
-        Optional[int],
-        typer.Option(help="Port of the REST gateway and dashboard; 0 picks one." + _train_default("gateway_port")),
-    ] = None,
-    config: ConfigFile = None,
-) -> None:
+@options(TrainConfig)
+def train(settings: dict[str, Any], config: ConfigFile = None) -> None:
     """Train on the local stack: K simulator servers, learner and broker as processes; then evaluate and report.
 
     Writes runs/<name>/ (config.yaml, metrics.jsonl, tb/, checkpoints/, eval.json, report.md, plots).
     Settings also come from FAST_TRAIN_<NAME> environment variables or the --config file; see docs/train.md.
     Exits 0 when done, 1 when the run failed, 128+N when stopped by signal N.
     """
-    from jobs.train.config import ENV_PREFIX, TrainConfig
+    from jobs.train.config import ENV_PREFIX
     from jobs.train.orchestrate import TrainError
     from jobs.train.orchestrate import train as run_training
 
-    overrides = dict(
-        mode=mode,
-        alpha=alpha,
-        t_max=t_max,
-        truncation=truncation,
-        simulators=simulators,
-        servers=servers,
-        slots=slots,
-        seed=seed,
-        iterations=iterations,
-        samples_per_iteration=samples_per_iteration,
-        cost_preset=cost_preset,
-        env=env,
-        lr=lr,
-        update_epochs=update_epochs,
-        eval_episodes_per_clip=eval_episodes_per_clip,
-        checkpoint_every=checkpoint_every,
-        keep_checkpoints=keep_checkpoints,
-        name=name,
-        runs_dir=runs_dir,
-        gateway_port=gateway_port,
-    )
     try:
-        cfg = resolve_config(TrainConfig, file=config, env_prefix=ENV_PREFIX, overrides=overrides)
+        cfg = resolve_config(TrainConfig, file=config, env_prefix=ENV_PREFIX, overrides=settings)
         code = run_training(cfg)
     except (ConfigError, TrainError, OSError) as exc:
         _fail(str(exc))
@@ -460,17 +169,28 @@ def _csv(value: str, cast, option: str) -> tuple:
         raise typer.BadParameter(f"{value!r} is not a comma-separated list", param_hint=option) from None
 
 
+# The benchmarks' options take their defaults from their configs (jobs/bench/config.py), which do not load torch.
+
+
+def _text(values: tuple) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def _on_off_text(values: tuple[bool, ...]) -> str:
+    return ",".join("on" if v else "off" for v in values)
+
+
 @bench_app.command("sampling")
 def bench_sampling(
-    modes: Annotated[str, typer.Option(help="Sampling modes, comma-separated.")] = ",".join(MODE_NAMES),
-    clips: Annotated[str, typer.Option(help="Clip counts (parallel slots), comma-separated.")] = "5,10,20,30",
+    ctx: typer.Context,
+    modes: Annotated[str, typer.Option(help="Sampling modes, comma-separated.")] = _text(SamplingBenchConfig.modes),
+    clips: Annotated[str, typer.Option(help="Clip counts (parallel slots), comma-separated.")] = _text(
+        SamplingBenchConfig.clips
+    ),
     preset: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Cost presets, comma-separated (docs/cost_model.md). \\[default: calibrated,parallel,vectorized]"
-        ),
-    ] = None,
-    servers: Annotated[Optional[int], typer.Option(min=1, help="Simulator server processes. \\[default: 2]")] = None,
+        str, typer.Option(help="Cost presets, comma-separated (docs/cost_model.md); with --simulators: none.")
+    ] = _text(SamplingBenchConfig.presets),
+    servers: Annotated[int, typer.Option(min=1, help="Simulator server processes.")] = SamplingBenchConfig.servers,
     simulators: Annotated[
         Optional[str],
         typer.Option(
@@ -479,74 +199,76 @@ def bench_sampling(
             "--gym-reference then do not apply)."
         ),
     ] = None,
-    repeats: Annotated[int, typer.Option(min=1, help="Interleaved repeats; medians are reported.")] = 3,
-    samples: Annotated[int, typer.Option(min=1, help="Valid transitions per measured iteration.")] = 2048,
-    alpha: Annotated[float, typer.Option(help="FAST termination-rate threshold.")] = 0.5,
-    t_max: Annotated[int, typer.Option(help="FAST round length limit.")] = 200,
+    repeats: Annotated[
+        int, typer.Option(min=1, help="Interleaved repeats; medians are reported.")
+    ] = SamplingBenchConfig.repeats,
+    samples: Annotated[
+        int, typer.Option(min=1, help="Valid transitions per measured iteration.")
+    ] = SamplingBenchConfig.samples,
+    alpha: Annotated[float, typer.Option(help="FAST termination-rate threshold.")] = SamplingBenchConfig.alpha,
+    t_max: Annotated[int, typer.Option(help="FAST round length limit.")] = SamplingBenchConfig.t_max,
     truncation: Annotated[
         str,
         typer.Option(
             help="FAST at a round's end: carry live episodes on, reset them, or carry,reset for both "
             "(rows fast+carry, fast+reset)."
         ),
-    ] = "carry,reset",
-    seed: Annotated[int, typer.Option(help="Seed of clip dealing, actions and the random policy.")] = 0,
+    ] = _text(SamplingBenchConfig.truncations),
+    seed: Annotated[
+        int, typer.Option(help="Seed of clip dealing, actions and the random policy.")
+    ] = SamplingBenchConfig.seed,
     checkpoint_dir: Annotated[
         Optional[Path], typer.Option(help="A fast train run's checkpoints/: adds the trained policy.")
-    ] = None,
+    ] = SamplingBenchConfig.checkpoint_dir,
     gym_reference: Annotated[
-        Optional[bool],
+        bool,
         typer.Option(
-            help="Also measure Gymnasium's AsyncVectorEnv with autoreset (takeover only). "
-            "\\[default: on, off with --simulators]"
+            help="Also measure Gymnasium's AsyncVectorEnv with autoreset (takeover only); off with --simulators."
         ),
-    ] = None,
+    ] = SamplingBenchConfig.gym_reference,
     env: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Workload: takeover, or gym:<id> such as gym:highway_env:highway-fast-v0. \\[default: takeover]"
-        ),
-    ] = None,
+        str, typer.Option(help="Workload: takeover, or gym:<id> such as gym:highway_env:highway-fast-v0.")
+    ] = SamplingBenchConfig.env,
     ver_per_slot: Annotated[
         bool, typer.Option(help="Also measure VER stepping one slot per Step call (rows ver+perslot), as it was.")
-    ] = False,
+    ] = SamplingBenchConfig.ver_per_slot,
     locality: Annotated[
         str,
         typer.Option(
             help="Clip dealing with map locality: off, on, or off,on for both (rows MODE+locality; docs/bench.md)."
         ),
-    ] = "off,on",
+    ] = _on_off_text(SamplingBenchConfig.locality),
     locality_max_repeat: Annotated[
         int, typer.Option(min=1, help="Locality's diversity knob: clips of one map a server gets in a row.")
-    ] = 8,
+    ] = SamplingBenchConfig.locality_max_repeat,
     prefetch: Annotated[
         str,
         typer.Option(
             help="Load slots' next clips while they step (fast.v1 Prepare): off, on, or off,on for both "
             "(rows MODE+prefetch)."
         ),
-    ] = "off,on",
+    ] = _on_off_text(SamplingBenchConfig.prefetch),
     prefetch_step_penalty: Annotated[
-        Optional[str],
+        str,
         typer.Option(
             help="Fractions of the step latency added while a background load runs, comma-separated; each "
-            "value gets servers of its own (rows PRESET+penalty<value>; only presets with step and load costs). "
-            "\\[default: 0,0.25; 0 with --simulators]"
+            "value gets servers of its own (rows PRESET+penalty<value>; only presets with step and load costs); "
+            "with --simulators: 0."
         ),
-    ] = None,
+    ] = _text(SamplingBenchConfig.prefetch_step_penalties),
     length_samples: Annotated[
         int,
         typer.Option(min=0, help="Steady-state episode lengths: valid transitions counted per configuration; 0 skips."),
-    ] = 6000,
+    ] = SamplingBenchConfig.length_samples,
     warmup_steps: Annotated[
         int,
         typer.Option(
             min=0, help="Warm-up steps per slot before each measured iteration (at least 256 samples in all)."
         ),
-    ] = 200,
+    ] = SamplingBenchConfig.warmup_steps,
     length_warmup_steps: Annotated[
         int, typer.Option(min=0, help="Steady-state episode lengths: warm-up steps per slot before counting.")
-    ] = 600,
+    ] = SamplingBenchConfig.length_warmup_steps,
     out: Annotated[
         Optional[Path], typer.Option(help="Output directory. \\[default: runs/bench-sampling-<timestamp>]")
     ] = None,
@@ -554,20 +276,23 @@ def bench_sampling(
     """Every sampling mode at every clip count and cost preset, interleaved: JSON, a markdown table, PNG charts."""
     import time as _time
 
-    from jobs.bench.harness import EXTERNAL, SamplingBenchConfig
+    from jobs.bench.config import EXTERNAL
     from jobs.bench.sampling import run
     from jobs.external import inapplicable
 
     try:
-        if simulators:
-            given = {"--preset": preset, "--servers": servers, "--env": env, "--gym-reference": gym_reference}
-            if any(value is not None for value in given.values()):
-                raise ValueError(inapplicable(flag for flag, value in given.items() if value is not None))
+        external = bool(simulators)
+        refused = [
+            f"--{name.replace('_', '-')}" for name in ("preset", "servers", "env", "gym_reference") if given(ctx, name)
+        ]
+        if external and refused:
+            raise ValueError(inapplicable(refused))
+        penalties = "0" if external and not given(ctx, "prefetch_step_penalty") else prefetch_step_penalty
         cfg = SamplingBenchConfig(
             modes=_csv(modes, str, "--modes"),
             clips=_csv(clips, int, "--clips"),
-            presets=(EXTERNAL,) if simulators else _csv(preset or "calibrated,parallel,vectorized", str, "--preset"),
-            servers=servers or 2,
+            presets=(EXTERNAL,) if external else _csv(preset, str, "--preset"),
+            servers=servers,
             simulators=_csv(simulators or "", str, "--simulators"),
             repeats=repeats,
             samples=samples,
@@ -576,17 +301,15 @@ def bench_sampling(
             truncations=_csv(truncation, str, "--truncation"),
             seed=seed,
             checkpoint_dir=checkpoint_dir,
-            gym_reference=not simulators if gym_reference is None else gym_reference,
-            env=env or "takeover",
+            gym_reference=gym_reference and not external,
+            env=env,
             length_samples=length_samples,
             warmup_steps=warmup_steps,
             length_warmup_steps=length_warmup_steps,
             locality=_on_off(locality, "--locality"),
             ver_per_slot=ver_per_slot,
             prefetch=_on_off(prefetch, "--prefetch"),
-            prefetch_step_penalties=_csv(
-                prefetch_step_penalty or ("0" if simulators else "0,0.25"), float, "--prefetch-step-penalty"
-            ),
+            prefetch_step_penalties=_csv(penalties, float, "--prefetch-step-penalty"),
             locality_max_repeat=locality_max_repeat,
         )
         out_dir = out or Path("runs") / f"bench-sampling-{_time.strftime('%Y%m%d-%H%M%S')}"
@@ -608,17 +331,20 @@ def bench_train(
         typer.Option(
             help="Sampling modes, comma-separated; a mode may add +locality and/or +prefetch (e.g. fast+locality)."
         ),
-    ] = "sc,sgr,ver,fast",
+    ] = _text(TrainBenchConfig.modes),
     clips: Annotated[
-        Optional[int], typer.Option(min=1, help="Parallel clips (slots) of every run. \\[default: 10]")
-    ] = None,
-    seeds: Annotated[int, typer.Option(min=1, help="Seeds per mode.")] = 3,
+        Optional[int],
+        typer.Option(min=1, help=f"Parallel clips (slots) of every run; unset: {BENCH_TRAIN_DEFAULTS['clips']}."),
+    ] = TrainBenchConfig.clips,
+    seeds: Annotated[int, typer.Option(min=1, help="Seeds per mode.")] = TrainBenchConfig.seeds,
     servers: Annotated[
-        Optional[int], typer.Option(min=1, help="Simulator server processes per run. \\[default: 2]")
-    ] = None,
+        Optional[int],
+        typer.Option(min=1, help=f"Simulator server processes per run; unset: {BENCH_TRAIN_DEFAULTS['servers']}."),
+    ] = TrainBenchConfig.servers,
     preset: Annotated[
-        Optional[str], typer.Option(help="Cost preset (docs/cost_model.md). \\[default: calibrated]")
-    ] = None,
+        Optional[str],
+        typer.Option(help=f"Cost preset (docs/cost_model.md); unset: {BENCH_TRAIN_DEFAULTS['preset']}."),
+    ] = TrainBenchConfig.preset,
     simulators: Annotated[
         Optional[str],
         typer.Option(
@@ -627,20 +353,24 @@ def bench_train(
             "then do not apply)."
         ),
     ] = None,
-    iterations: Annotated[int, typer.Option(min=1, help="Iterations per run.")] = 150,
-    samples_per_iteration: Annotated[int, typer.Option(min=1, help="Valid transitions per iteration.")] = 2048,
-    update_epochs: Annotated[int, typer.Option(min=1, help="PPO epochs per iteration.")] = 10,
+    iterations: Annotated[int, typer.Option(min=1, help="Iterations per run.")] = TrainBenchConfig.iterations,
+    samples_per_iteration: Annotated[
+        int, typer.Option(min=1, help="Valid transitions per iteration.")
+    ] = TrainBenchConfig.samples_per_iteration,
+    update_epochs: Annotated[
+        int, typer.Option(min=1, help="PPO epochs per iteration.")
+    ] = TrainBenchConfig.update_epochs,
     checkpoint_every: Annotated[
         int, typer.Option(min=1, help="Evaluate every K-th policy version on held-out clips.")
-    ] = 10,
+    ] = TrainBenchConfig.checkpoint_every,
     eval_episodes_per_clip: Annotated[
         int, typer.Option(min=1, help="Held-out episodes per clip at each evaluated version.")
-    ] = 2,
+    ] = TrainBenchConfig.eval_episodes_per_clip,
     target_return: Annotated[
         Optional[float],
         typer.Option(
-            help="Held-out return whose wall-clock is reported (80 for a new benchmark; with --report-only, "
-            "recomputed for this target, or the stored one when not given)."
+            help=f"Held-out return whose wall-clock is reported (unset: {TrainBenchConfig.target_return:g} for a new "
+            "benchmark; with --report-only, recomputed for this target, or the stored one when not given)."
         ),
     ] = None,
     out: Annotated[
@@ -659,7 +389,7 @@ def bench_train(
 ) -> None:
     import time as _time
 
-    from jobs.bench.train import TrainBenchConfig, rewrite_report, run
+    from jobs.bench.train import rewrite_report, run
 
     if report_only:
         if out is None:

@@ -20,6 +20,7 @@ from fast.spaces import random_actions
 from jobs.processes import start_service
 from jobs.tokens import temporary_job_token
 from sim_server.client import SimulatorClient
+from sim_server.config import SimServerConfig
 
 
 async def play(*, env: str, slots: int, steps: int, address: str | None, seed: int) -> None:
@@ -30,9 +31,8 @@ async def play(*, env: str, slots: int, steps: int, address: str | None, seed: i
         if address is None:
             token = cleanup.enter_context(temporary_job_token())
             credentials = token.credentials
-            server = start_service(
-                "sim-server", ["sim-server", "--env", env, "--slots", str(slots), "--port", "0"], env=token.env
-            )
+            config = SimServerConfig(env=env, slots=slots, port=0)
+            server = start_service("sim-server", ["sim-server", *config.to_argv()], env=token.env)
             address = server.address
             console.print(f"started [bold]fast sim-server[/] (pid {server.pid}) on {address}")
         async with SimulatorClient(address, timeout_s=30.0, credentials=credentials) as client:

@@ -15,11 +15,13 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from fast.rpc import Credentials
 from jobs.external import ExternalSimulators
 from jobs.processes import ServiceProcess, start_service
 from jobs.tokens import temporary_job_token
+from sim_server.config import SimServerConfig
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ def job_simulators(
     workload: Workload,
     servers: int,
     slots: int,
-    extra_args: tuple[str, ...] = (),
+    settings: dict[str, Any] | None = None,
     *,
     external: ExternalSimulators | None = None,
 ) -> Iterator[JobSimulators]:
@@ -79,7 +81,7 @@ def job_simulators(
     if external is not None:
         yield JobSimulators(external.addresses, external.token.credentials, external)
         return
-    with temporary_job_token() as token, simulator_servers(workload, servers, slots, extra_args, token.env) as started:
+    with temporary_job_token() as token, simulator_servers(workload, servers, slots, settings, token.env) as started:
         yield JobSimulators([s.address for s in started], token.credentials)
 
 
@@ -87,27 +89,16 @@ def start_simulators(
     workload: Workload,
     servers: int,
     slots: int,
-    extra_args: tuple[str, ...] = (),
+    settings: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
 ) -> list[ServiceProcess]:
     """`servers` sim-server processes serving the workload, started in parallel; all stopped if one fails.
 
-    `extra_args`: more `fast sim-server` flags, e.g. ("--cost-preset", "calibrated"); `env`: more
-    variables, e.g. the job's run token (jobs/tokens.py: JobToken.env).
+    `settings`: more of their settings (sim_server/config.py), e.g. {"cost_preset": "calibrated"}; `env`:
+    more variables, e.g. the job's run token (jobs/tokens.py: JobToken.env).
     """
-    args = [
-        "sim-server",
-        "--env",
-        workload.env,
-        "--slots",
-        str(slots),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        *workload.catalog_args,
-        *extra_args,
-    ]
+    config = SimServerConfig(env=workload.env, slots=slots, host="127.0.0.1", port=0, **(settings or {}))
+    args = ["sim-server", *config.to_argv(), *workload.catalog_args]
     with ThreadPoolExecutor(max_workers=servers) as executor:
         futures = [executor.submit(start_service, f"sim-server-{i}", args, env=env) for i in range(servers)]
     started, errors = [], []
@@ -128,11 +119,11 @@ def simulator_servers(
     workload: Workload,
     servers: int,
     slots: int,
-    extra_args: tuple[str, ...] = (),
+    settings: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
 ) -> Iterator[list[ServiceProcess]]:
     """`start_simulators`, and every server stopped on exit, whatever happened."""
-    started = start_simulators(workload, servers, slots, extra_args, env)
+    started = start_simulators(workload, servers, slots, settings, env)
     try:
         yield started
     finally:

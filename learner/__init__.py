@@ -10,5 +10,6 @@ the policy network (the broker) does not load the optimiser:
     learner.hyperparameters  what may change while a run goes on, and what a restart resumes
     learner.export      the policy as a TorchScript or ONNX model of its deterministic action
     learner.batch, .gae, .smpo, .ppo   the maths: masked batches, masked GAE, the loss, the update
+    learner.ppo_config  the update's hyper-parameters (PPOConfig), importable without torch
     learner.core, .servicer, .server   the service: logic, gRPC translation, process
 """

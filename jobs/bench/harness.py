@@ -1,5 +1,5 @@
-"""What every sampling measurement is built from: the benchmark's settings, its simulator servers
-as one pool, its fixed policies, and one measured iteration of a mode on N slots.
+"""What every sampling measurement is built from: its simulator servers as one pool, its fixed
+policies, and one measured iteration of a mode on N slots (the settings: jobs/bench/config.py).
 
 `fast bench sampling` (jobs/bench/sampling.py) times configurations with these pieces and
 measures steady-state episode lengths with them too (jobs/bench/episode_length.py): both
@@ -11,116 +11,18 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 
 import numpy as np
 
-from broker.dealer import HOLDOUT_EVERY, ClipDealer, pool_locality
+from broker.dealer import ClipDealer, pool_locality
 from broker.policy_runner import PolicyRunner
 from broker.pool import PoolCounters, SimulatorPool
-from broker.samplers import MODE_NAMES, make_sampler
+from broker.samplers import make_sampler
+from jobs.bench.config import SamplingBenchConfig
 from jobs.bench.limits import Pattern, costs_from_describe, pattern_limit
-from jobs.external import ExternalSimulators, env_is_an_address, inapplicable, parse_simulators
+from jobs.external import ExternalSimulators
 from jobs.simulators import Workload, job_simulators
-
-MODES = MODE_NAMES  # the broker's sampling modes (broker/samplers/), all benchmarked by default
-# The "preset" of measurements on external simulators: their own costs, nothing emulated.
-EXTERNAL = "external"
-
-
-@dataclass(frozen=True)
-class SamplingBenchConfig:
-    modes: tuple[str, ...] = MODES
-    clips: tuple[int, ...] = (5, 10, 20, 30)
-    presets: tuple[str, ...] = ("calibrated", "parallel", "vectorized")
-    servers: int = 2
-    repeats: int = 3
-    samples: int = 2048  # valid transitions per measured iteration
-    warmup_samples: int = 256
-    # ... and at least this many steps per slot, so that the measured iteration starts in steady state:
-    # every slot past its first episodes, their phases spread as they are later in a run (a window
-    # right after a common start times the start's synchronised resets; DPSA's carry is the mode that
-    # would be measured least fairly there, as its rounds then stay in step for a while).
-    warmup_steps: int = 200
-    alpha: float = 0.5
-    t_max: int = 200
-    # fast's truncation: carry live episodes past a round's end and/or reset them (rows fast+carry, fast+reset).
-    truncations: tuple[str, ...] = ("carry", "reset")
-    seed: int = 0
-    checkpoint_dir: Path | None = None  # a fast train run's checkpoints/: adds the "trained" policy
-    gym_reference: bool = True  # takeover only: the reference wraps the takeover workload
-    holdout_every: int = HOLDOUT_EVERY
-    env: str = "takeover"  # or gym:<id>, e.g. gym:highway_env:highway-fast-v0 (real costs, cost preset "off")
-    # Steady-state episode lengths (jobs/bench/episode_length.py): valid transitions in the window
-    # after a warm-up of length_warmup_steps per slot; 0 skips the measurement.
-    length_samples: int = 6000
-    length_warmup_steps: int = 600
-    # Simulator servers that run already (jobs/external.py), measured instead of servers of its own;
-    # presets are then (EXTERNAL,) and servers, env and the Gymnasium reference do not apply.
-    simulators: tuple[str, ...] = ()
-    # Clip dealing without and/or with map locality (broker/dealer.py); a row with it is MODE+locality.
-    locality: tuple[bool, ...] = (False,)
-    locality_max_repeat: int = 8
-    # Without and/or with prefetch (fast.v1 Prepare, broker/samplers/); a row with it is MODE+prefetch.
-    prefetch: tuple[bool, ...] = (False,)
-    # The cost model's prefetch_step_penalty: servers of their own per value (0: the preset's own).
-    prefetch_step_penalties: tuple[float, ...] = (0.0,)
-    # Also VER as it was before StepBatcher (one Step call per slot-step): rows "ver+perslot".
-    ver_per_slot: bool = False
-
-    def __post_init__(self) -> None:
-        unknown = [m for m in self.modes if m not in MODES]
-        if unknown:
-            raise ValueError(f"modes {unknown} are unknown; use some of {', '.join(MODES)}")
-        if not self.clips or min(self.clips) < 1:
-            raise ValueError(f"clips {list(self.clips)}: give clip counts >= 1, e.g. 5,10,20,30")
-        if self.servers < 1 or self.repeats < 1 or self.samples < 1:
-            raise ValueError(
-                f"servers={self.servers}, repeats={self.repeats}, samples={self.samples}: each must be >= 1"
-            )
-        if not self.prefetch:
-            raise ValueError("prefetch is empty: give off, on or off,on")
-        if not self.truncations or not set(self.truncations) <= {"carry", "reset"}:
-            raise ValueError(f"truncations={list(self.truncations)}: give carry, reset or carry,reset")
-        if not self.prefetch_step_penalties or not all(0 <= p <= 10 for p in self.prefetch_step_penalties):
-            raise ValueError(
-                f"prefetch_step_penalties={list(self.prefetch_step_penalties)}: give fractions 0 to 10, e.g. 0,0.25"
-            )
-        if self.simulators and self.prefetch_step_penalties != (0.0,):
-            raise ValueError(inapplicable(["--prefetch-step-penalty"]))
-        if not self.locality or self.locality_max_repeat < 1:
-            raise ValueError(
-                f"locality={self.locality}, locality_max_repeat={self.locality_max_repeat}: give off, on or off,on "
-                "and a max repeat >= 1"
-            )
-        if self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps={self.warmup_steps}: give steps per slot >= 0")
-        if self.length_samples < 0 or self.length_warmup_steps < 0:
-            raise ValueError(
-                f"length_samples={self.length_samples}, length_warmup_steps={self.length_warmup_steps}: "
-                "each must be >= 0 (length_samples 0 skips the episode-length measurement)"
-            )
-        object.__setattr__(self, "simulators", parse_simulators(self.simulators))
-        if self.simulators:
-            if self.presets != (EXTERNAL,) or self.gym_reference:
-                raise ValueError(inapplicable(["--preset" if self.presets != (EXTERNAL,) else "--gym-reference"]))
-            return
-        from sim_server.cost_model import PRESETS
-
-        bad = [p for p in self.presets if p not in PRESETS]
-        if bad:
-            raise ValueError(f"presets {bad} are unknown; use some of {', '.join(PRESETS)}")
-        from sim_server.environments import check_env_spec
-
-        problem = env_is_an_address(self.env)
-        if problem:
-            raise ValueError(problem)
-        check_env_spec(self.env)
-        if self.env != "takeover" and self.gym_reference:
-            raise ValueError(
-                f"env={self.env}: the Gymnasium reference wraps the takeover workload; pass --no-gym-reference"
-            )
 
 
 def mode_labels(cfg: SamplingBenchConfig) -> list[str]:
@@ -246,7 +148,7 @@ def with_limit(summary: dict, pool: SimulatorPool, slots: np.ndarray, calls: Poo
 
 @asynccontextmanager
 async def simulator_pool(
-    cfg: SamplingBenchConfig, preset: str, external: ExternalSimulators | None = None, extra: tuple[str, ...] = ()
+    cfg: SamplingBenchConfig, preset: str, external: ExternalSimulators | None = None, extra: dict | None = None
 ) -> AsyncIterator[SimulatorPool]:
     """`cfg.servers` sim-server processes under `preset`, with slots for the largest clip count, as one pool.
 
@@ -255,8 +157,8 @@ async def simulator_pool(
     """
     workload = Workload(cfg.env, (), cfg.holdout_every)
     slots = math.ceil(max(cfg.clips) / cfg.servers)
-    server_args = ("--cost-preset", preset, *extra)
-    with job_simulators(workload, cfg.servers, slots, server_args, external=external) as servers:
+    settings = {"cost_preset": preset, **(extra or {})}  # sim_server/config.py
+    with job_simulators(workload, cfg.servers, slots, settings, external=external) as servers:
         pool = SimulatorPool(credentials=servers.credentials)
         try:
             for address in servers.addresses:

@@ -82,7 +82,7 @@ async def _run_preset(
     """Every configuration under one cost preset; with a prefetch step `penalty` (servers of their own,
     started with it) the rows' preset reads PRESET+penalty<value>."""
     measurements: list[Measurement] = []
-    extra = ("--prefetch-step-penalty", repr(penalty)) if penalty else ()
+    extra = {"prefetch_step_penalty": penalty} if penalty else {}
     preset_label = f"{preset}+penalty{penalty:g}" if penalty else preset
     async with simulator_pool(cfg, preset, external, extra) as pool:
         policies = fixed_policies(cfg, pool)

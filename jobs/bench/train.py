@@ -29,7 +29,6 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,77 +36,12 @@ import numpy as np
 from broker.dealer import HOLDOUT_EVERY
 from fast.lifecycle import PARENT_ENV
 from fast.rpc import Credentials
-from jobs.bench.harness import MODES
+from jobs.bench.config import FEATURES, TrainBenchConfig
 from jobs.bench.learning_curve import evaluate_checkpoints, time_to_target
-from jobs.external import check_simulators, inapplicable, parse_simulators
+from jobs.external import check_simulators
 from jobs.simulators import Workload, job_simulators
+from jobs.train.config import TrainConfig
 from learner.checkpoint import prune_checkpoints
-
-# What a mode's label may add to it (`fast+locality`, `fast+reset`): the `fast train` setting each gives.
-FEATURES = {
-    "locality": ("FAST_TRAIN_LOCALITY", "true"),
-    "prefetch": ("FAST_TRAIN_PREFETCH", "true"),
-    # fast only: what a round's end does with live episodes (broker/samplers/fast.py; carry by default).
-    "carry": ("FAST_TRAIN_TRUNCATION", "carry"),
-    "reset": ("FAST_TRAIN_TRUNCATION", "reset"),
-}
-# The simulators of every run when no `simulators` are given (None in the config means these).
-DEFAULTS = {"clips": 10, "servers": 2, "preset": "calibrated"}
-
-
-@dataclass(frozen=True)
-class TrainBenchConfig:
-    modes: tuple[str, ...] = ("sc", "sgr", "ver", "fast")
-    clips: int | None = None  # 10; with `simulators`, their slots instead (None)
-    seeds: int = 3
-    servers: int | None = None  # 2
-    preset: str | None = None  # "calibrated"
-    iterations: int = 150
-    samples_per_iteration: int = 2048
-    update_epochs: int = 10
-    checkpoint_every: int = 10
-    # Held-out return. The initial policy (mean action about 0: coasting straight) scores about 70
-    # on the default episodes and random actions about 10; early updates first drop it to about 20.
-    target_return: float = 80.0
-    smooth: int = 5  # iterations, for the training-return curve only
-    eval_episodes_per_clip: int = 2
-    eval_seed: int = 1234  # the held-out episodes' seeds, one set for every run
-    # Simulator servers that run already, trained and evaluated on (clips, servers, preset do not apply).
-    simulators: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "simulators", parse_simulators(self.simulators))
-        if self.simulators:
-            given = [f"--{name}" for name in DEFAULTS if getattr(self, name) is not None]
-            if given:
-                raise ValueError(inapplicable(given))
-        else:
-            for name, default in DEFAULTS.items():
-                if getattr(self, name) is None:
-                    object.__setattr__(self, name, default)
-        unknown = [
-            m
-            for m in self.modes
-            if m.split("+")[0] not in MODES
-            or not set(m.split("+")[1:]) <= set(FEATURES)
-            or (m.split("+")[0] != "fast" and {"carry", "reset"} & set(m.split("+")[1:]))
-        ]
-        if unknown:
-            raise ValueError(
-                f"modes {unknown} are unknown; use some of {', '.join(MODES)}, each optionally with "
-                f"{', '.join('+' + f for f in FEATURES)} (e.g. fast+prefetch+locality; +carry and +reset: fast only)"
-            )
-        counts = {
-            "clips": self.clips,
-            "seeds": self.seeds,
-            "servers": self.servers,
-            "iterations": self.iterations,
-            "checkpoint_every": self.checkpoint_every,
-            "eval_episodes_per_clip": self.eval_episodes_per_clip,
-        }
-        low = [f"{name}={value}" for name, value in counts.items() if value is not None and value < 1]
-        if low:
-            raise ValueError(f"{', '.join(low)}: each must be >= 1")
 
 
 def training_curve(metrics_path: Path, smooth: int) -> tuple[np.ndarray, np.ndarray]:
@@ -272,39 +206,27 @@ def _train_and_evaluate(
     run_dir = runs_dir / name
     base, *features = mode.split("+")
     # FAST_PARENT_PID: the run stops (gracefully) when this benchmark does, however it ends.
-    env = {**os.environ, **dict(FEATURES[f] for f in features), PARENT_ENV: str(os.getpid())}
+    env = {**os.environ, PARENT_ENV: str(os.getpid())}
     simulators = (
-        ["--simulators", ",".join(cfg.simulators)]
+        {"simulators": list(cfg.simulators)}
         if cfg.simulators
-        else ["--servers", str(cfg.servers), "--slots", str(slots), "--cost-preset", cfg.preset]
+        else {"servers": cfg.servers, "slots": slots, "cost_preset": cfg.preset}
     )
-    cmd = [
-        sys.executable,
-        "-m",
-        "fast",
-        "train",
-        "--mode",
-        base,
-        "--seed",
-        str(seed),
-        *simulators,
-        "--iterations",
-        str(cfg.iterations),
-        "--samples-per-iteration",
-        str(cfg.samples_per_iteration),
-        "--update-epochs",
-        str(cfg.update_epochs),
-        "--checkpoint-every",
-        str(cfg.checkpoint_every),
-        "--keep-checkpoints",
-        str(cfg.iterations + 2),
-        "--eval-episodes-per-clip",
-        "0",
-        "--name",
-        name,
-        "--runs-dir",
-        str(runs_dir),
-    ]
+    run = TrainConfig(
+        mode=base,
+        seed=seed,
+        **simulators,
+        iterations=cfg.iterations,
+        samples_per_iteration=cfg.samples_per_iteration,
+        update_epochs=cfg.update_epochs,
+        checkpoint_every=cfg.checkpoint_every,
+        keep_checkpoints=cfg.iterations + 2,
+        eval_episodes_per_clip=0,
+        name=name,
+        runs_dir=runs_dir,
+        **dict(FEATURES[f] for f in features),
+    )
+    cmd = [sys.executable, "-m", "fast", "train", *run.to_argv()]
     log(f"fast train {name} ({progress})")
     t0 = time.perf_counter()
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)

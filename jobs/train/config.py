@@ -1,8 +1,10 @@
 """Settings of `fast train`: flags, FAST_TRAIN_* environment variables or a YAML file (--config).
 
 Every default of the local training job lives here, in one place, so tuning a run means
-changing one table. The learner's PPO knobs carry the learner's names (learner/config.py) and
-are passed to it unchanged; the sampling knobs are the broker's (broker/config.py).
+changing one table; the flags, their help, the variables and the keys derive from it (fast/settings.py).
+The sampling knobs are the broker's (broker/config.py) and the PPO knobs the learner's
+(learner/config.py): the same names, taken over whole from those models (`same_as`: type, range,
+default and help), and passed to the services they start unchanged (`TrainingRun`'s configs).
 """
 
 from __future__ import annotations
@@ -11,11 +13,16 @@ import re
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from broker.config import BrokerConfig
 from broker.samplers import ModeName
 from broker.samplers.fast import Truncation
+from fast.settings import Settings, same_as
+from gateway.settings import GatewaySettings
 from jobs.external import env_is_an_address, inapplicable, parse_simulators
+from learner.config import LearnerConfig
+from sim_server.config import SimServerConfig
 from sim_server.cost_model import CostPreset
 from sim_server.environments import EnvSpec
 
@@ -26,66 +33,79 @@ SIMULATOR_SETTINGS = {"env": "--env", "servers": "--servers", "slots": "--slots"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
-class TrainConfig(BaseModel):
+class TrainConfig(Settings):
     # The run and where it is written: runs_dir/name/.
-    name: str = ""  # "" -> "<mode>-<YYYYmmdd-HHMMSS>"
-    runs_dir: Path = Path("runs")
+    name: str = Field(
+        "",
+        description="Run name, the directory under --runs-dir: letters, digits, '.', '_', '-'; "
+        "unset: <mode>-<YYYYmmdd-HHMMSS>.",
+    )
+    runs_dir: Path = Field(Path("runs"), description="Where runs are written.")
 
     # Sampling (the broker's settings).
-    mode: ModeName = "fast"  # broker/samplers/
-    alpha: float = Field(0.5, gt=0.0, le=1.0)  # DPSA: truncate the round when this share of clips ended
-    truncation: Truncation = "carry"  # DPSA: live episodes carry on past a round's end, or are reset
-    t_max: int = Field(200, ge=1)  # DPSA: ... or when the round is t_max steps long
-    samples_per_iteration: int = Field(2048, ge=1)  # valid transitions per iteration (at least)
-    # Deal clips with map locality (broker/dealer.py): off until `fast bench train` shows what it does to learning.
-    locality: bool = False
-    locality_max_repeat: int = Field(8, ge=1)  # clips of one map a server gets in a row while it stays cached
-    # Load each slot's next clip while it steps (fast.v1 Prepare; servers without it reset as always).
-    prefetch: bool = False
-    # Rounds (sgr, fast): a server that answered steps its next row while the others still step; the
-    # same batches. Off by default (benchmarks/results/broker-overhead/: no gain on 2 shared cores).
-    pipeline: bool = False
-    # The broker steps the servers it started over their local step sockets (sim_server/local_step.py)
-    # rather than gRPC: the same messages, a fraction of the per-call cost. Remote servers use gRPC.
-    local_step: bool = True
+    mode: ModeName = same_as(BrokerConfig, "mode")
+    alpha: float = same_as(BrokerConfig, "alpha")
+    truncation: Truncation = same_as(BrokerConfig, "truncation")
+    t_max: int = same_as(BrokerConfig, "t_max")
+    samples_per_iteration: int = same_as(BrokerConfig, "samples_per_iteration")
+    # Map locality: off until `fast bench train` shows what it does to learning.
+    locality: bool = same_as(BrokerConfig, "locality")
+    locality_max_repeat: int = same_as(BrokerConfig, "locality_max_repeat")
+    prefetch: bool = same_as(BrokerConfig, "prefetch")
+    # Off by default (benchmarks/results/broker-overhead/: no gain on 2 shared cores).
+    pipeline: bool = same_as(BrokerConfig, "pipeline")
+    local_step: bool = same_as(BrokerConfig, "local_step")
     # About 7 minutes on a 2-core CPU with the defaults below (README: the default run).
-    iterations: int = Field(350, ge=1)
-    seed: int = Field(0, ge=0)  # clip dealing, action sampling, initial weights, evaluation seeds
+    iterations: int = Field(350, ge=1, description="Training iterations (one PPO update each).")
+    seed: int = Field(0, ge=0, description="Seed of clip dealing, action sampling, initial weights and evaluation.")
 
     # Simulators: `servers` processes of `slots` slots each, all with the same workload; or, with
     # `simulators`, servers started elsewhere (the four settings below then do not apply).
-    simulators: list[str] = Field(default_factory=list)  # HOST:PORT[,HOST:PORT...] or dns:///NAME:PORT
-    env: EnvSpec = "takeover"  # "takeover" or "gym:<Gymnasium id>"
-    servers: int = Field(2, ge=1, le=64)
-    slots: int = Field(5, ge=1, le=4096)  # per server
-    cost_preset: CostPreset = "off"  # off | calibrated | parallel | step-only | vectorized (docs/cost_model.md)
+    simulators: list[str] = Field(
+        default_factory=list,
+        description="Train on simulator servers that run already: HOST:PORT[,HOST:PORT...] or dns:///NAME:PORT "
+        "(none started or stopped; the environment's run token; --env/--servers/--slots/--cost-preset then "
+        "do not apply).",
+    )
+    env: EnvSpec = same_as(SimServerConfig, "env")
+    servers: int = Field(2, ge=1, le=64, description="Simulator server processes.")
+    slots: int = same_as(SimServerConfig, "slots", default=5, description="Slots per simulator server.")
+    cost_preset: CostPreset = same_as(SimServerConfig, "cost_preset")
 
     # Learner (PPO), same names and meaning as learner/config.py.
-    lr: float = Field(3e-4, gt=0.0, allow_inf_nan=False)
-    update_epochs: int = Field(10, ge=1)
-    num_minibatches: int = Field(8, ge=1)
-    ent_coef: float = Field(0.0, ge=0.0, allow_inf_nan=False)
-    gamma: float = Field(0.99, ge=0.0, le=1.0)
+    lr: float = same_as(LearnerConfig, "lr")
+    update_epochs: int = same_as(LearnerConfig, "update_epochs", description="PPO epochs per iteration.")
+    num_minibatches: int = same_as(LearnerConfig, "num_minibatches")
+    ent_coef: float = same_as(LearnerConfig, "ent_coef")
+    gamma: float = same_as(LearnerConfig, "gamma")
     # The learning levers of docs/learning.md (benchmarks/results/learning-ablation/). The initial
     # log-std is -0.5: with 0, a run of 150 iterations ended below its initial policy in 3 of 6 seeds,
     # with -0.5 in none. The others are off: none made the default run learn more reliably.
-    norm_reward: bool = False  # divide rewards by the running std of the discounted return
-    init_log_std: float = Field(-0.5, ge=-5.0, le=2.0)  # the Gaussian policy's initial log-std
-    anneal_lr: bool = False  # the learning rate falls linearly over `iterations` updates
-    obs_norm: bool = False  # running observation statistics, shipped inside the policy's weights
-    checkpoint_every: int = Field(10, ge=1)  # the learner checkpoints every K policy versions
-    keep_checkpoints: int = Field(3, ge=1)  # ... and keeps the newest N (`fast bench train` keeps all)
+    norm_reward: bool = same_as(LearnerConfig, "norm_reward")
+    init_log_std: float = same_as(LearnerConfig, "init_log_std")
+    anneal_lr: bool = Field(False, description="The learning rate falls linearly over `iterations` updates.")
+    obs_norm: bool = same_as(LearnerConfig, "obs_norm")
+    checkpoint_every: int = same_as(LearnerConfig, "checkpoint_every")
+    keep_checkpoints: int = same_as(
+        LearnerConfig, "keep_checkpoints", description="Newest checkpoints kept (`fast bench train` keeps all)."
+    )
 
     # The REST gateway (docs/gateway.md) on loopback: dashboard, status and control of the run.
-    gateway: bool = True
-    gateway_port: int = Field(0, ge=0, le=65535)  # 0 picks a free port; the URL is printed
+    gateway: bool = Field(True, description="Start the REST gateway and dashboard on loopback (docs/gateway.md).")
+    gateway_port: int = Field(
+        0, ge=0, le=65535, description="Port of the REST gateway and dashboard; 0 picks one (the URL is printed)."
+    )
 
     # Evaluation at the end, on the held-out clips; 0 skips it.
-    eval_episodes_per_clip: int = Field(3, ge=0)
+    eval_episodes_per_clip: int = Field(3, ge=0, description="Evaluation episodes per held-out clip; 0 skips it.")
 
     # Bounded waits of the orchestration itself.
-    startup_timeout_s: float = Field(120.0, gt=0.0)  # each service must print its listening line by then
-    stop_timeout_s: float = Field(40.0, gt=0.0)  # SIGTERM, then SIGKILL after this long (per process)
+    startup_timeout_s: float = Field(
+        120.0, gt=0.0, description="Each service must print its listening line by then, in seconds."
+    )
+    stop_timeout_s: float = Field(
+        40.0, gt=0.0, description="SIGTERM, then SIGKILL after this long (per process), in seconds."
+    )
 
     @field_validator("simulators", mode="before")
     @classmethod
@@ -130,3 +150,62 @@ class TrainConfig(BaseModel):
     @property
     def run_dir(self) -> Path:
         return Path(self.runs_dir) / self.name
+
+    # The services of a run, as configs (jobs/train/orchestrate.py starts each with its `to_argv()`):
+    # the settings this run decides, on loopback; the others are left to the service's defaults.
+
+    def sim_server_config(self) -> SimServerConfig:
+        return SimServerConfig(env=self.env, slots=self.slots, host="127.0.0.1", port=0, cost_preset=self.cost_preset)
+
+    def learner_config(self, run_dir: Path) -> LearnerConfig:
+        return LearnerConfig(
+            host="127.0.0.1",
+            port=0,
+            checkpoint_dir=run_dir / "checkpoints",
+            seed=self.seed,
+            anneal_lr_updates=self.iterations if self.anneal_lr else 0,
+            **{name: getattr(self, name) for name in _LEARNER_SETTINGS},
+        )
+
+    def broker_config(self, simulators: list[str], learner: str, run_dir: Path, holdout_every: int) -> BrokerConfig:
+        return BrokerConfig(
+            simulators=simulators,
+            learner=learner,
+            host="127.0.0.1",
+            port=0,
+            iterations=self.iterations,
+            seed=self.seed,
+            run_dir=str(run_dir),
+            holdout_every=holdout_every,
+            **{name: getattr(self, name) for name in _BROKER_SETTINGS},
+        )
+
+    def gateway_config(self, broker: str, learner: str) -> GatewaySettings:
+        return GatewaySettings(broker=broker, learner=learner, host="127.0.0.1", port=self.gateway_port)
+
+
+# The settings of a run passed to a service under the same name (`same_as` above).
+_BROKER_SETTINGS = (
+    "mode",
+    "alpha",
+    "t_max",
+    "truncation",
+    "samples_per_iteration",
+    "locality",
+    "locality_max_repeat",
+    "prefetch",
+    "pipeline",
+    "local_step",
+)
+_LEARNER_SETTINGS = (
+    "lr",
+    "update_epochs",
+    "num_minibatches",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "gamma",
+    "ent_coef",
+    "norm_reward",
+    "init_log_std",
+    "obs_norm",
+)

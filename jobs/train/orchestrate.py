@@ -124,59 +124,12 @@ class TrainingRun:
         if self.external is None:
             # A fresh token per run, in a file only its user can read; the services get its path.
             self.token = write_job_token(self.run_dir / "token")
+        # Each service from its config (TrainConfig's *_config, fast/settings.py: to_argv), never flags by hand.
+        sim_server = cfg.sim_server_config()
         for i in range(0 if self.external is not None else cfg.servers):
-            self.sims.append(
-                _launch(
-                    f"sim-server-{i}",
-                    [
-                        "sim-server",
-                        "--env",
-                        cfg.env,
-                        "--slots",
-                        str(cfg.slots),
-                        "--host",
-                        "127.0.0.1",
-                        "--port",
-                        "0",
-                        "--cost-preset",
-                        cfg.cost_preset,
-                    ],
-                    env=self.token.env,
-                )
-            )
-        self.learner = _launch(
-            "learner",
-            [
-                "learner",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--checkpoint-dir",
-                str(self.run_dir / "checkpoints"),
-                "--seed",
-                str(cfg.seed),
-                "--lr",
-                repr(cfg.lr),
-                "--update-epochs",
-                str(cfg.update_epochs),
-                "--num-minibatches",
-                str(cfg.num_minibatches),
-                "--checkpoint-every",
-                str(cfg.checkpoint_every),
-                "--keep-checkpoints",
-                str(cfg.keep_checkpoints),
-            ],
-            env={
-                **self.token.env,
-                "FAST_LEARNER_GAMMA": repr(cfg.gamma),
-                "FAST_LEARNER_ENT_COEF": repr(cfg.ent_coef),
-                "FAST_LEARNER_NORM_REWARD": str(cfg.norm_reward).lower(),
-                "FAST_LEARNER_INIT_LOG_STD": repr(cfg.init_log_std),
-                "FAST_LEARNER_OBS_NORM": str(cfg.obs_norm).lower(),
-                "FAST_LEARNER_ANNEAL_LR_UPDATES": str(cfg.iterations if cfg.anneal_lr else 0),
-            },
-        )
+            self.sims.append(_launch(f"sim-server-{i}", ["sim-server", *sim_server.to_argv()], env=self.token.env))
+        learner = cfg.learner_config(self.run_dir)
+        self.learner = _launch("learner", ["learner", *learner.to_argv()], env=self.token.env)
         self.write_config()
         # Importing torch and tensorboard takes seconds; done while the children start up.
         self._tb = TensorBoardSink(self.run_dir / "tb")
@@ -194,46 +147,14 @@ class TrainingRun:
             self.initial_policy = asyncio.run(
                 capture_initial_policy(self.simulator_addresses()[0], self.addresses["learner"], self.token.credentials)
             )
-        self.broker = _launch(
-            "broker",
-            [
-                "broker",
-                "--simulators",
-                # External ones as given: the broker resolves dns:/// itself, again when it re-admits a server.
-                ",".join(self.cfg.simulators) if self.external is not None else ",".join(self.simulator_addresses()),
-                "--learner",
-                self.addresses["learner"],
-                "--mode",
-                cfg.mode,
-                "--alpha",
-                repr(cfg.alpha),
-                "--t-max",
-                str(cfg.t_max),
-                "--truncation",
-                cfg.truncation,
-                "--samples-per-iteration",
-                str(cfg.samples_per_iteration),
-                "--iterations",
-                str(cfg.iterations),
-                "--seed",
-                str(cfg.seed),
-                "--run-dir",
-                str(self.run_dir),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-            ],
-            env={
-                **self.token.env,
-                "FAST_BROKER_HOLDOUT_EVERY": str(HOLDOUT_EVERY),
-                "FAST_BROKER_LOCALITY": str(cfg.locality).lower(),
-                "FAST_BROKER_LOCALITY_MAX_REPEAT": str(cfg.locality_max_repeat),
-                "FAST_BROKER_PREFETCH": str(cfg.prefetch).lower(),
-                "FAST_BROKER_PIPELINE": str(cfg.pipeline).lower(),
-                "FAST_BROKER_LOCAL_STEP": str(cfg.local_step).lower(),
-            },
+        broker = cfg.broker_config(
+            # External ones as given: the broker resolves dns:/// itself, again when it re-admits a server.
+            list(cfg.simulators) if self.external is not None else self.simulator_addresses(),
+            self.addresses["learner"],
+            self.run_dir,
+            HOLDOUT_EVERY,
         )
+        self.broker = _launch("broker", ["broker", *broker.to_argv()], env=self.token.env)
         self.addresses["broker"] = processes.wait_listening(self.broker, deadline, stopping).address
         self.write_config()  # the broker samples already: its pid is on record before the gateway's start
         if cfg.gateway:
@@ -249,21 +170,8 @@ class TrainingRun:
     def start_gateway(self, deadline: float, stopping) -> None:
         """The REST gateway beside the run; its URL is printed once, with the token in its fragment
         (never sent to the server) so that the dashboard's buttons work from that link."""
-        self.gateway = _launch(
-            "gateway",
-            [
-                "gateway",
-                "--broker",
-                self.addresses["broker"],
-                "--learner",
-                self.addresses["learner"],
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.cfg.gateway_port),
-            ],
-            env=self.token.env,
-        )
+        gateway = self.cfg.gateway_config(self.addresses["broker"], self.addresses["learner"])
+        self.gateway = _launch("gateway", ["gateway", *gateway.to_argv()], env=self.token.env)
         url = processes.wait_listening(self.gateway, deadline, stopping).address
         self.addresses["gateway"] = url
         if self.token.inherited:  # the user's own token: never printed; they know where it is
