@@ -73,13 +73,13 @@ def test_one_server_runs_its_rounds_unpipelined(monkeypatch) -> None:
     """Nothing to overlap with a single server: pipelined, its rounds take the plain lock-step path
     (no task per call, no speculation's bookkeeping), and the batches are the same."""
     plain_rounds = []
-    lockstep_round = rounds._lockstep_round
+    lockstep_round = rounds.Rounds._lockstep
 
-    async def counted(*args):
+    async def counted(self, *args):
         plain_rounds.append(1)
-        return await lockstep_round(*args)
+        return await lockstep_round(self, *args)
 
-    monkeypatch.setattr(rounds, "_lockstep_round", counted)
+    monkeypatch.setattr(rounds.Rounds, "_lockstep", counted)
     with sim_server("--slots", "4", "--cost-preset", "step-only", "--step-latency-s", "0.0005") as server:
         plain, _, _ = asyncio.run(sample_three([server.address], pipeline=False, prefetch=False, truncation="reset"))
         unpiped_rounds = len(plain_rounds)
