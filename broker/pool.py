@@ -39,7 +39,7 @@ import grpc
 import numpy as np
 
 from broker import answers
-from broker.slots import PoolCounters, PoolReset, PoolStep, SlotNumbering
+from broker.slots import PoolCounters, PoolReset, PoolStep, PoolTimeouts, SlotNumbering
 from broker.transport import StepTransport
 from fast.quoting import shorten
 from fast.rpc import Credentials
@@ -96,15 +96,6 @@ class ServerHandle:
     local_step_socket: str = ""
     # Idle connections to that socket for unary callers (VER steps a server with several calls at once).
     local_spare: list[LocalStepStream] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class PoolTimeouts:
-    step_s: float = 5.0
-    reset_s: float = 30.0
-    describe_s: float = 5.0
-    backoff_initial_s: float = 0.5
-    backoff_max_s: float = 10.0
 
 
 class SimulatorPool(SlotNumbering):

@@ -72,6 +72,17 @@ class PoolCounters:
         return PoolCounters(**{k: getattr(self, k) - getattr(earlier, k) for k in self.__dataclass_fields__})
 
 
+@dataclass(frozen=True)
+class PoolTimeouts:
+    """Every call's deadline, and how soon a failed server is tried again (doubling up to the max)."""
+
+    step_s: float = 5.0
+    reset_s: float = 30.0
+    describe_s: float = 5.0
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 10.0
+
+
 class SlotServer(Protocol):
     """What a sampler reads of one server: whether it is up, and why not (for its errors)."""
 
