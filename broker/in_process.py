@@ -42,7 +42,7 @@ log = logging.getLogger("fast.broker.in_process")
 class LocalSimulator(Protocol):
     """What the pool uses of sim_server/simulator.py's `Simulator`."""
 
-    env: Any  # num_slots, num_clips, observation_space, action_space, map_id(clip)
+    env: Any  # num_slots, num_clips, observation_space, action_space
 
     async def reset(self, slot_ids: np.ndarray, clip_ids: np.ndarray, seeds: np.ndarray) -> tuple[np.ndarray, Any]: ...
 
@@ -86,7 +86,6 @@ class InProcessPool(SlotNumbering):
         self.servers: list[InProcessServer] = []
         self.observation_space = self.action_space = None
         self.num_clips = 0
-        self.clip_map_ids = np.zeros(0, dtype=np.int64)
         self.counters = PoolCounters()
         for simulator in simulators:
             self.add(simulator)
@@ -99,7 +98,6 @@ class InProcessPool(SlotNumbering):
         if self.observation_space is None:  # the first simulator sets the pool's spaces
             self.observation_space, self.action_space = env.observation_space, env.action_space
             self.num_clips = env.num_clips
-            self.clip_map_ids = np.array([env.map_id(c) for c in range(env.num_clips)], dtype=np.int64)
         else:
             problem = (
                 space_mismatch("observation space", self.observation_space, env.observation_space)

@@ -98,7 +98,6 @@ class SlotPool(Protocol):
     observation_space: SpaceSpec
     action_space: SpaceSpec
     num_clips: int
-    clip_map_ids: np.ndarray  # [num_clips] map id of each clip; empty when the servers did not say
     servers: Sequence[SlotServer]
     slot_server: np.ndarray  # [N] index into `servers` of each global slot
 
