@@ -1,13 +1,14 @@
 """Which learning levers make the default run learn in every seed? An in-process ablation.
 
-Runs the default training job's loop (`fast train`'s settings: takeover workload, 10 slots,
-mode `fast`, alpha 0.5, t_max 200, 2,048 valid transitions per iteration, PPO 10 x 8) in one
-process, with the real pieces but no sockets: the simulator servers' `Simulator` (cost model
-off) in the broker's `InProcessPool` (broker/in_process.py), the broker's DPSA `LockstepSampler`, `PolicyRunner` and `ClipDealer`, the learner's
-`ActorCritic` and `PPOLearner`, and the evaluation `fast train` ends with (20 held-out clips x
-3 episodes, deterministic actions). Screening 5 seeds of each variant this way costs minutes
-instead of the hours that `fast train` would take on a 2-core machine; the variant kept is
-then measured with `fast train` itself (benchmarks/results/default-run/).
+Runs the default training job's loop (`fast train`'s settings: takeover workload, 10 slots, mode
+`fast`, alpha 0.5, t_max 200, 2,048 valid transitions per iteration, PPO 10 x 8) in one process,
+with the real pieces but no sockets: the simulator servers' `Simulator` (cost model off) in the
+broker's `InProcessPool` (broker/in_process.py), the broker's DPSA `LockstepSampler`,
+`PolicyRunner` and `ClipDealer`, the learner's `ActorCritic` and `PPOLearner`, and the
+evaluation `fast train` ends with (20 held-out clips x 3 episodes, deterministic actions).
+Screening 5 seeds of each variant this way costs minutes instead of the hours that `fast train`
+would take on a 2-core machine; the variant kept is then measured with `fast train` itself
+(benchmarks/results/default-run/).
 
     .venv/bin/python benchmarks/learning_ablation.py --variants baseline,norm_reward --seeds 0-4 --jobs 2
 
