@@ -1,13 +1,14 @@
 """Which learning levers make the default run learn in every seed? An in-process ablation.
 
-Runs the default training job's loop (`fast train`'s settings: takeover workload, 10 slots,
-mode `fast`, alpha 0.5, t_max 200, 2,048 valid transitions per iteration, PPO 10 x 8) in one
-process, with the real pieces but no sockets: the simulator servers' `Simulator` (cost model
-off), the broker's DPSA `LockstepSampler`, `PolicyRunner` and `ClipDealer`, the learner's
-`ActorCritic` and `PPOLearner`, and the evaluation `fast train` ends with (20 held-out clips x
-3 episodes, deterministic actions). Screening 5 seeds of each variant this way costs minutes
-instead of the hours that `fast train` would take on a 2-core machine; the variant kept is
-then measured with `fast train` itself (benchmarks/results/default-run/).
+Runs the default training job's loop (`fast train`'s settings: takeover workload, 10 slots, mode
+`fast`, alpha 0.5, t_max 200, 2,048 valid transitions per iteration, PPO 10 x 8) in one process,
+with the real pieces but no sockets: the simulator servers' `Simulator` (cost model off) in the
+broker's `InProcessPool` (broker/in_process.py), the broker's DPSA `LockstepSampler`,
+`PolicyRunner` and `ClipDealer`, the learner's `ActorCritic` and `PPOLearner`, and the
+evaluation `fast train` ends with (20 held-out clips x 3 episodes, deterministic actions).
+Screening 5 seeds of each variant this way costs minutes instead of the hours that `fast train`
+would take on a 2-core machine; the variant kept is then measured with `fast train` itself
+(benchmarks/results/default-run/).
 
     .venv/bin/python benchmarks/learning_ablation.py --variants baseline,norm_reward --seeds 0-4 --jobs 2
 
@@ -27,7 +28,6 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -91,59 +91,14 @@ BASE = {
 }
 
 
-class InProcessPool:
-    """The broker's SimulatorPool interface over one in-process `Simulator` (no gRPC, no faults)."""
+def _in_process_pool(num_slots: int):
+    """The takeover workload's `Simulator` (cost model off) in this process: broker/in_process.py's pool."""
+    from broker.in_process import InProcessPool
+    from sim_server.cost_model import CostModel, cost_model_config
+    from sim_server.environments import make_env
+    from sim_server.simulator import Simulator
 
-    def __init__(self, num_slots: int) -> None:
-        import numpy as np
-
-        from sim_server.cost_model import CostModel, cost_model_config
-        from sim_server.environments import make_env
-        from sim_server.simulator import Simulator
-
-        env = make_env("takeover", num_slots)
-        self.sim = Simulator(env, CostModel(cost_model_config("off")))
-        self.observation_space, self.action_space = env.observation_space, env.action_space
-        self.num_clips = env.num_clips
-        self.slot_server = np.zeros(num_slots, dtype=np.int64)
-        self.servers = [SimpleNamespace(address="in-process", up=True, dropped=False, last_error="")]
-        self._np = np
-
-    @property
-    def num_slots(self) -> int:
-        return int(self.slot_server.size)
-
-    def up_mask(self):
-        return self._np.ones(self.num_slots, dtype=bool)
-
-    async def readmit_due(self) -> None:
-        return None
-
-    async def reset(self, slots, clips, seeds, *, batched: bool = True):
-        from broker.pool import PoolReset
-
-        obs, _ = await self.sim.reset(slots, clips, seeds)
-        return PoolReset(observations=obs, failed=self._np.zeros(slots.size, dtype=bool), calls=1)
-
-    async def step(self, slots, actions):
-        from broker.pool import PoolStep
-
-        out = await self.sim.step(slots, actions)
-        r = out.result
-        episodes = {
-            int(e.slot_id): SimpleNamespace(
-                metrics=e.metrics, episode_return=float(e.metrics.get("return", float("nan")))
-            )
-            for e in out.episodes
-        }
-        return PoolStep(
-            observations=r.observations,
-            rewards=r.rewards,
-            terminated=r.terminated,
-            truncated=r.truncated,
-            failed=self._np.zeros(slots.size, dtype=bool),
-            episodes=episodes,
-        )
+    return InProcessPool([Simulator(make_env("takeover", num_slots), CostModel(cost_model_config("off")))])
 
 
 ACCEL_MAPS: dict = {}
@@ -162,8 +117,8 @@ def run_one(variant: str, seed: int, iterations: int | None) -> dict:
 async def _run(variant: str, seed: int, iterations: int | None) -> dict:
     import torch
 
-    from broker.dealer import HOLDOUT_EVERY, ClipDealer, holdout_clips
-    from broker.evaluate import evaluate, summarize
+    from broker.dealer import HOLDOUT_EVERY, ClipDealer
+    from broker.evaluate import EvaluationSession, summarize
     from broker.policy_runner import PolicyRunner
     from broker.samplers.fast import Dpsa
     from broker.samplers.lockstep import LockstepSampler
@@ -187,7 +142,7 @@ async def _run(variant: str, seed: int, iterations: int | None) -> dict:
     dynamics.accel_command = ACCEL_MAPS[settings.get("accel_map", "workload")]
     ppo_fields = set(PPOConfig.__dataclass_fields__)
     ppo = PPOConfig(**{k: v for k, v in settings.items() if k in ppo_fields}, seed=seed)
-    pool = InProcessPool(settings["slots"])
+    pool = _in_process_pool(settings["slots"])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         policy = ActorCritic(
@@ -202,9 +157,10 @@ async def _run(variant: str, seed: int, iterations: int | None) -> dict:
         pool.observation_space, pool.action_space, (64, 64), seed=seed, obs_norm=settings.get("obs_norm", False)
     )
     runner.load(0, export_weights(learner.policy))
-    held_out = holdout_clips(pool.num_clips, HOLDOUT_EVERY)
-    episodes = settings["eval_episodes_per_clip"]
-    initial = summarize(await evaluate(pool, runner, held_out, episodes, seed))
+    evaluation = EvaluationSession(
+        pool, holdout_every=HOLDOUT_EVERY, episodes_per_clip=settings["eval_episodes_per_clip"], seed=seed
+    )
+    initial = summarize(await evaluation.play(runner))
 
     dealer = ClipDealer(pool.num_clips, holdout_every=HOLDOUT_EVERY, seed=seed)
     sampler = LockstepSampler(
@@ -236,7 +192,7 @@ async def _run(variant: str, seed: int, iterations: int | None) -> dict:
                 "entropy": update["entropy"],
             }
         )
-    final = summarize(await evaluate(pool, runner, held_out, episodes, seed))
+    final = summarize(await evaluation.play(runner))
     keys = ("return_mean", "collided_rate", "off_road_rate", "length_mean")
     return {
         "variant": variant,

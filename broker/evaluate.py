@@ -9,14 +9,25 @@ policies evaluated with the same arguments face exactly the same episodes.
 The policy acts deterministically (`PolicyRunner.act_deterministic`: the mean action); with
 `runner=None` actions are uniform over the action space from a seeded generator: the random
 baseline that a trained policy must beat.
+
+`EvaluationSession` is the one way a job evaluates: a pool kept open (the simulator servers at
+some addresses, or any `SlotPool`), the held-out clips of its catalog, and any number of
+policies played on the same episodes. `fast train`'s final evaluation, `fast compare` and
+`fast bench train`'s learning curve all use it.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 import numpy as np
 
+from broker.dealer import holdout_clips
 from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
+from broker.slots import SlotPool
+from fast.rpc import Credentials
 from fast.spaces import random_actions
 
 
@@ -32,8 +43,61 @@ def evaluation_episodes(clips: np.ndarray, episodes_per_clip: int, seed: int) ->
     return clip_ids, seeds
 
 
+class EvaluationSession:
+    """Policies played on the held-out episodes of one pool: the clips `c` with
+    `c % holdout_every == holdout_every - 1` (broker/dealer.py), `episodes_per_clip` episodes of
+    each, their seeds drawn from `seed` (`evaluation_episodes`)."""
+
+    def __init__(self, pool: SlotPool, *, holdout_every: int, episodes_per_clip: int, seed: int) -> None:
+        self.pool = pool
+        self.holdout_every = holdout_every
+        self.episodes_per_clip = episodes_per_clip
+        self.seed = seed
+        self.clips = holdout_clips(pool.num_clips, holdout_every)  # may be empty: `require_clips`
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(
+        cls,
+        addresses: list[str],
+        *,
+        holdout_every: int,
+        episodes_per_clip: int,
+        seed: int,
+        credentials: Credentials | None = None,
+    ) -> AsyncIterator[EvaluationSession]:
+        """A session over the simulator servers at `addresses`, closed on leaving (`credentials`: their
+        run token; None: the environment's)."""
+        pool = SimulatorPool(credentials=credentials)
+        try:
+            for address in addresses:
+                await pool.add(address)
+            yield cls(pool, holdout_every=holdout_every, episodes_per_clip=episodes_per_clip, seed=seed)
+        finally:
+            await pool.close()
+
+    @property
+    def num_clips(self) -> int:
+        return self.pool.num_clips
+
+    def require_clips(self) -> None:
+        """RuntimeError when the catalog holds no held-out clip to evaluate on."""
+        if self.clips.size == 0:
+            raise RuntimeError(f"no held-out clip among {self.num_clips} with holdout_every={self.holdout_every}")
+
+    def policy(self, hidden_sizes: tuple[int, ...], version: int, weights: bytes) -> PolicyRunner:
+        """A runner of these weights (learner.policy.export_weights bytes) for this pool's spaces."""
+        runner = PolicyRunner(self.pool.observation_space, self.pool.action_space, hidden_sizes, seed=self.seed)
+        runner.load(version, weights)
+        return runner
+
+    async def play(self, runner: PolicyRunner | None) -> list[dict]:
+        """Every held-out episode played by `runner` (None: random actions), as `evaluate` gives them."""
+        return await evaluate(self.pool, runner, self.clips, self.episodes_per_clip, self.seed)
+
+
 async def evaluate(
-    pool: SimulatorPool,
+    pool: SlotPool,
     runner: PolicyRunner | None,
     clips: np.ndarray,
     episodes_per_clip: int,
@@ -121,7 +185,7 @@ def summarize(episodes: list[dict]) -> dict:
     return out
 
 
-def _raise_on_failure(pool: SimulatorPool, slots: np.ndarray, failed: np.ndarray, call: str) -> None:
+def _raise_on_failure(pool: SlotPool, slots: np.ndarray, failed: np.ndarray, call: str) -> None:
     if failed.any():
         servers = sorted({pool.servers[pool.slot_server[s]].address for s in slots[failed]})
         errors = "; ".join(f"{pool.servers[pool.slot_server[s]].last_error}" for s in slots[failed][:1])

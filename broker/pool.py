@@ -16,19 +16,20 @@ A server leaves only between iterations (`remove`, after a control call detached
 global slot ids of the servers after it move down, so the sampler is rebuilt, as when one joins.
 
 Each server is driven as its Describe's Capabilities allow, server by server (a pool may mix):
-one that has no StepStream is stepped with unary Step calls, and one without batched resets
-gets one Reset call per slot where the mode would send one call for several (at most
-`UNBATCHED_RESET_CONCURRENCY` of them in flight to it at a time). Each such fallback is logged
-once per server and shown in its status.
+one that has no StepStream is stepped with unary Step calls (broker/transport.py chooses how a
+step reaches a server), and one without batched resets gets one Reset call per slot where the
+mode would send one call for several (at most `UNBATCHED_RESET_CONCURRENCY` of them in flight
+to it at a time). Each such fallback is logged once per server and shown in its status.
+
+The samplers see this pool only through the seam of broker/slots.py (`SlotPool`), which an
+in-process pool implements too (broker/in_process.py). Simulator addresses are parsed and
+resolved in fast/addresses.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
-import re
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -38,7 +39,9 @@ import grpc
 import numpy as np
 
 from broker import answers
-from fast.quoting import quote, shorten
+from broker.slots import PoolCounters, PoolReset, PoolStep, PoolTimeouts, SlotNumbering
+from broker.transport import StepTransport
+from fast.quoting import shorten
 from fast.rpc import Credentials
 from fast.spaces import SpaceSpec, space_mismatch
 from fast.tensor import TensorError
@@ -60,53 +63,6 @@ LATENCY_EMA_WEIGHT = 0.1
 # deadlines of the calls at its back (and mark a healthy server down). Not 1: concurrency overlaps
 # the round trips and lets a server that resets in parallel (several workers) do so.
 UNBATCHED_RESET_CONCURRENCY = 4
-# A host name of RFC 1123 labels (and underscores, which Docker's service names use), or an IPv4
-# address; IPv6 comes in brackets and is checked apart.
-_LABEL = r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
-_HOST_NAME = re.compile(rf"{_LABEL}(\.{_LABEL})*\.?")
-
-
-def split_host_port(address: str, *, form: str = "HOST:PORT") -> tuple[str, int]:
-    """(host, port) of `HOST:PORT` or `[IPV6]:PORT` (the host without brackets); ValueError (quoting
-    it, bounded) for anything else.
-
-    Checked before dialling: gRPC takes almost any string as a target and only fails, later
-    and as UNAVAILABLE, to resolve it.
-    """
-    host, sep, port = address.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-        try:
-            ok = ipaddress.ip_address(host).version == 6
-        except ValueError:
-            ok = False
-    else:
-        ok = len(host) <= 253 and _HOST_NAME.fullmatch(host) is not None
-    if not (sep and ok and port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
-        raise ValueError(f"simulator address {quote(address)}: expected {form}, with a port in 1..65535")
-    return host, int(port)
-
-
-def resolve_addresses(spec: str) -> list[str]:
-    """`host:port` as is; `dns:///name:port` (or `dns:name:port`) to one address per IP it resolves to.
-
-    ValueError for an address of neither form; OSError when the name does not resolve.
-    IPv4 answers are preferred: a dual-stack name such as localhost resolves to 127.0.0.1 and
-    ::1, which are one server, not two. IPv6 answers are used when there is no IPv4 one.
-    """
-    if not spec.startswith("dns:"):
-        split_host_port(spec)
-        return [spec]
-    host, port = split_host_port(spec[len("dns:") :].lstrip("/"), form="dns:///NAME:PORT")
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    v4 = [info for info in infos if info[0] == socket.AF_INET]
-    addresses = []
-    for family, _, _, _, sockaddr in v4 or infos:
-        ip = sockaddr[0]
-        address = f"[{ip}]:{port}" if family == socket.AF_INET6 else f"{ip}:{port}"
-        if address not in addresses:
-            addresses.append(address)
-    return addresses
 
 
 @dataclass
@@ -142,56 +98,9 @@ class ServerHandle:
     local_spare: list[LocalStepStream] = field(default_factory=list)
 
 
-@dataclass
-class PoolCounters:
-    """What the pool's answered calls add up to since it started: a benchmark takes the difference
-    around a measurement (the step latency really paid, the map cache's hit rate)."""
+class SimulatorPool(SlotNumbering):
+    """The simulator servers over gRPC (or their local step socket): a `SlotPool` (broker/slots.py)."""
 
-    step_calls: int = 0
-    step_server_s: float = 0.0  # compute + emulated of each answered Step call, summed (queueing apart)
-    step_compute_s: float = 0.0  # of which the servers' own compute (their env's step)
-    reset_calls: int = 0
-    reset_slots: int = 0
-    map_loads: int = 0  # reset slots that loaded their map from scratch (servers that count them)
-    map_cache_hits: int = 0
-    prepare_calls: int = 0  # Prepare calls answered
-    prepared: int = 0  # reset slots that started from a preparation
-
-    def since(self, earlier: PoolCounters) -> PoolCounters:
-        return PoolCounters(**{k: getattr(self, k) - getattr(earlier, k) for k in self.__dataclass_fields__})
-
-
-@dataclass
-class PoolStep:
-    """Results of one step of k global slots, in the order asked."""
-
-    observations: np.ndarray  # [k, *obs_shape]; zeros where failed
-    rewards: np.ndarray  # [k] float32
-    terminated: np.ndarray  # [k] bool
-    truncated: np.ndarray  # [k] bool
-    failed: np.ndarray  # [k] bool: the slot's server failed; nothing of it is valid
-    episodes: dict[int, pb.EpisodeSummary] = field(default_factory=dict)  # global slot -> summary
-    server_s: float = 0.0  # slowest call's server-side time (compute + emulated + queued)
-
-
-@dataclass
-class PoolReset:
-    observations: np.ndarray  # [k, *obs_shape]; zeros where failed
-    failed: np.ndarray  # [k] bool
-    server_s: float = 0.0
-    calls: int = 0  # Reset calls sent
-
-
-@dataclass(frozen=True)
-class PoolTimeouts:
-    step_s: float = 5.0
-    reset_s: float = 30.0
-    describe_s: float = 5.0
-    backoff_initial_s: float = 0.5
-    backoff_max_s: float = 10.0
-
-
-class SimulatorPool:
     def __init__(
         self,
         timeouts: PoolTimeouts | None = None,
@@ -201,31 +110,29 @@ class SimulatorPool:
         credentials: Credentials | None = None,
         max_bad_answers: int = 5,
     ) -> None:
+        super().__init__()
         self.timeouts = timeouts or PoolTimeouts()
         self.max_bad_answers = max_bad_answers  # bad answers in a row that drop a server for good
         # What every call to a simulator carries: the run token (the environment's when None), TLS.
         self.credentials = credentials or Credentials.from_env()
-        self.use_stream = use_stream
-        # Step a server on this machine over its local step socket when it has one (sim_server/local_step.py).
-        self.use_local_step = use_local_step
+        self.transport = StepTransport(
+            use_stream=use_stream, use_local_step=use_local_step, step_timeout_s=self.timeouts.step_s
+        )
         self.servers: list[ServerHandle] = []
         self.observation_space: SpaceSpec | None = None
         self.action_space: SpaceSpec | None = None
         self.num_clips = 0
-        self.slot_server = np.zeros(0, dtype=np.int64)  # [N] server index of each global slot
-        self.slot_local = np.zeros(0, dtype=np.int64)  # [N] local slot id on its server
         # [num_clips] map id of each clip, from the first server's Describe; empty when it did not say.
         self.clip_map_ids = np.zeros(0, dtype=np.int64)
         self.counters = PoolCounters()
 
     @property
-    def num_slots(self) -> int:
-        return int(self.slot_server.size)
+    def use_stream(self) -> bool:
+        return self.transport.use_stream
 
-    def up_mask(self) -> np.ndarray:
-        """[N] bool: the slot's server is up."""
-        up = np.fromiter((server.up for server in self.servers), dtype=bool, count=len(self.servers))
-        return up[self.slot_server]  # a few servers looked at, not every slot
+    @property
+    def use_local_step(self) -> bool:
+        return self.transport.use_local_step
 
     async def add(self, address: str) -> ServerHandle:
         """Connect to a server and give it the next global slot ids; its spaces must match the pool's."""
@@ -249,8 +156,7 @@ class SimulatorPool:
         handle = ServerHandle(len(self.servers), address, client, desc.env_id, desc.num_slots, self.num_slots)
         _take_capabilities(handle, desc, first=True)
         self.servers.append(handle)
-        self.slot_server = np.concatenate([self.slot_server, np.full(desc.num_slots, handle.index)])
-        self.slot_local = np.concatenate([self.slot_local, np.arange(desc.num_slots)])
+        self._number([s.num_slots for s in self.servers])
         return handle
 
     def refusal(self, address: str, desc: ServerDescription) -> str:
@@ -284,7 +190,7 @@ class SimulatorPool:
 
     def _mark_down(self, server: ServerHandle, why: str) -> bool:
         """The server failed a call: down, retried with backoff. False if it was down already."""
-        _drop_streams(server)
+        StepTransport.drop(server)
         if not server.up:
             return False
         server.up = False
@@ -361,13 +267,6 @@ class SimulatorPool:
         log.warning("simulator %s re-admitted", server.address)
         return True
 
-    def by_server(self, slots: np.ndarray) -> dict[int, np.ndarray]:
-        """Positions into `slots`, grouped by the server of each slot."""
-        owners = self.slot_server[slots]
-        # One comparison per server (a handful), not np.unique's sort of every slot; servers in order.
-        groups = {s: np.flatnonzero(owners == s) for s in range(len(self.servers))}
-        return {s: positions for s, positions in groups.items() if positions.size}
-
     async def step(self, slots: np.ndarray, env_actions: np.ndarray, *, unary: bool = False) -> PoolStep:
         """Step global `slots` with `env_actions` [k, ...]: one call per server, all concurrent.
 
@@ -385,20 +284,12 @@ class SimulatorPool:
         )
         groups = self.by_server(slots)
 
-        def request(server: ServerHandle, local: np.ndarray, actions: np.ndarray) -> Awaitable:
-            streamed = self.steps_by_stream(server, unary=unary)
-            if streamed and server.stream is not None:  # open already, over either transport
-                return server.stream.step(local, actions)
-            if self.use_local_step and server.local_step_socket:
-                return self._local_step(server, local, actions, streamed=streamed)
-            return self._grpc_step(server, local, actions, streamed=streamed)
-
         async def call(server: ServerHandle, positions: np.ndarray) -> None:
             local = self.slot_local[slots[positions]]
             started = time.perf_counter()
             reply = await self._call(
                 server,
-                lambda: request(server, local, env_actions[positions]),
+                lambda: self.transport.step(server, local, env_actions[positions], unary=unary),
                 self.timeouts.step_s,
                 lambda reply: answers.step_problem(reply, local, obs_space),
             )
@@ -448,53 +339,13 @@ class SimulatorPool:
         serving = [s for s in groups if self.servers[s].up and self.servers[s].prefetch]
         await asyncio.gather(*(call(self.servers[s], groups[s]) for s in serving))
 
-    def _grpc_step(self, server: ServerHandle, local: np.ndarray, actions: np.ndarray, *, streamed: bool) -> Awaitable:
-        """Step over gRPC: the server's StepStream (opened on first use) or a unary Step."""
-        if not streamed:
-            return server.client.step(local, actions, timeout_s=self.timeouts.step_s)
-        if server.stream is None:
-            server.stream = server.client.step_stream()
-        return server.stream.step(local, actions)
-
-    async def _local_step(self, server: ServerHandle, local: np.ndarray, actions: np.ndarray, *, streamed: bool):
-        """Step over the server's local step socket, on a new connection that becomes its stream
-        (lock-step callers) or on a spare connection of its own (unary callers, several calls at
-        once). A socket that does not open from here (another machine, or gone) is given up for
-        good: gRPC serves the same exchange."""
-        stream = server.local_spare.pop() if not streamed and server.local_spare else None
-        if stream is None:
-            try:
-                stream = await server.client.local_step_stream(server.local_step_socket)
-            except OSError as exc:
-                log.info(
-                    "simulator %s: its local step socket does not open from here (%s); stepping over gRPC",
-                    server.address,
-                    type(exc).__name__,
-                )
-                server.local_step_socket = ""
-                return await self._grpc_step(server, local, actions, streamed=streamed)
-        if streamed:
-            server.stream = stream
-            return await stream.step(local, actions)
-        try:
-            reply = await stream.step(local, actions)
-        except BaseException:  # a fault, or the caller's timeout: this connection's state is unknown
-            stream.cancel()
-            raise
-        server.local_spare.append(stream)
-        return reply
-
     def step_transport(self, server: ServerHandle, *, unary: bool = False) -> str:
-        """How `step` reaches the server: "local socket", "grpc stream" or "grpc unary" (status only;
-        before its first step a server with a socket reads "local socket", as it will be tried)."""
-        if self.use_local_step and server.local_step_socket:
-            return "local socket"
-        return "grpc stream" if self.steps_by_stream(server, unary=unary) else "grpc unary"
+        """How `step` reaches the server: "local socket", "grpc stream" or "grpc unary" (broker/transport.py)."""
+        return self.transport.name(server, unary=unary)
 
     def steps_by_stream(self, server: ServerHandle, *, unary: bool = False) -> bool:
-        """Whether `step` uses the server's StepStream: the pool streams, the caller allows it (not
-        unary) and the server has one."""
-        return self.use_stream and not unary and server.streaming_step
+        """Whether `step` uses the server's StepStream (broker/transport.py)."""
+        return self.transport.streams(server, unary=unary)
 
     @staticmethod
     def resets_batched(server: ServerHandle, *, batched: bool) -> bool:
@@ -593,7 +444,7 @@ class SimulatorPool:
             raise KeyError(address)
         self.servers.remove(server)
         self._renumber()
-        _drop_streams(server)
+        StepTransport.drop(server)
         await server.client.close()
         return server
 
@@ -603,16 +454,11 @@ class SimulatorPool:
         for index, server in enumerate(self.servers):
             server.index, server.slot_offset = index, offset
             offset += server.num_slots
-        self.slot_server = np.concatenate(
-            [np.zeros(0, np.int64)] + [np.full(s.num_slots, s.index, dtype=np.int64) for s in self.servers]
-        )
-        self.slot_local = np.concatenate(
-            [np.zeros(0, np.int64)] + [np.arange(s.num_slots, dtype=np.int64) for s in self.servers]
-        )
+        self._number([s.num_slots for s in self.servers])
 
     async def close(self) -> None:
         for server in self.servers:
-            _drop_streams(server)
+            StepTransport.drop(server)
             await server.client.close()
 
 
@@ -633,16 +479,6 @@ def _take_capabilities(server: ServerHandle, desc: ServerDescription, *, first: 
     server.cost_model = desc.cost_model
     server.prefetch = desc.prefetch
     server.local_step_socket = desc.local_step_socket
-
-
-def _drop_streams(server: ServerHandle) -> None:
-    """Abandon the server's step stream and spare local connections (their state is unknown after a fault)."""
-    if server.stream is not None:
-        server.stream.cancel()
-        server.stream = None
-    for stream in server.local_spare:
-        stream.cancel()
-    server.local_spare.clear()
 
 
 def moving_average(previous: float, sample: float, weight: float = LATENCY_EMA_WEIGHT) -> float:

@@ -29,10 +29,11 @@ from broker.dealer import ClipDealer, pool_locality
 from broker.histogram import EPISODE_LENGTH_BOUNDS, EPISODE_RETURN_BOUNDS, CumulativeHistogram
 from broker.history import MetricsHistory
 from broker.policy_runner import PolicyRunner
-from broker.pool import PoolTimeouts, ServerHandle, SimulatorPool, resolve_addresses
+from broker.pool import PoolTimeouts, ServerHandle, SimulatorPool
 from broker.retry import RetryExpired, retry
 from broker.samplers import Sampler, SamplingError, make_sampler
 from broker.settings import RunSettings, changes, learner_changes
+from fast.addresses import resolve_addresses
 from fast.quoting import quote
 from fast.rpc import Credentials
 from learner.client import LearnerClient

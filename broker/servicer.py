@@ -13,10 +13,11 @@ import grpc
 
 from broker import wire
 from broker.history import HISTORY_PAGE
-from broker.pool import ServerHandle, SimulatorPool, resolve_addresses
+from broker.pool import ServerHandle, SimulatorPool
 from broker.run import BrokerRun, ControlRefused, RunState, UnknownSimulator
 from broker.samplers import mode_calls
 from broker.settings import SettingError
+from fast.addresses import resolve_addresses
 from fast.quoting import quote, shorten
 from fast.tensor import TensorError
 from fast.v1 import broker_pb2 as pb

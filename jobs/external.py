@@ -1,7 +1,7 @@
 """External simulator servers: ones a job uses but did not start (`--simulators`).
 
 A job given `--simulators HOST:PORT[,HOST:PORT...]` (or `dns:///NAME:PORT`: one server per
-address the name resolves to, as the broker reads it, broker/pool.py `resolve_addresses`) starts
+address the name resolves to, as the broker reads it, fast/addresses.py `resolve_addresses`) starts
 no simulator server and never stops those servers. It cannot hand them a token of its own, so it
 uses the token of its environment (jobs/tokens.py `environment_job_token`) for its calls and for
 every service it starts: servers started with that same token accept the run.
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from broker.pool import resolve_addresses, split_host_port
 from fast import auth
+from fast.addresses import resolve_addresses, split_host_port
 from fast.quoting import shorten
 from fast.spaces import space_mismatch
 from jobs.tokens import JobToken, environment_job_token

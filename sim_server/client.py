@@ -94,6 +94,20 @@ def step_reply(response: pb.StepResponse, sent_request_id: int = 0) -> StepReply
     )
 
 
+def episode_summary(end) -> pb.EpisodeSummary:
+    """The wire form of one episode's end (sim_server/simulator.py `EpisodeEnd`: slot_id, clip_id,
+    terminated, metrics), as a Step answer carries it: the servicer's, and the broker's in-process
+    pool's (broker/in_process.py), which answers as a server would without the wire."""
+    return pb.EpisodeSummary(
+        slot_id=end.slot_id,
+        clip_id=end.clip_id,
+        length=int(end.metrics.get("length", 0)),
+        episode_return=float(end.metrics.get("return", 0.0)),
+        terminated=end.terminated,
+        metrics={k: float(v) for k, v in end.metrics.items()},
+    )
+
+
 class SimulatorClient(RpcClient):
     def __init__(
         self,

@@ -20,6 +20,7 @@ from fast import tensor
 from fast.spaces import space_to_proto
 from fast.v1 import simulator_pb2 as pb
 from fast.v1 import simulator_pb2_grpc as pb_grpc
+from sim_server.client import episode_summary
 from sim_server.errors import ErrorKind, SimError
 from sim_server.simulator import CallTiming, Simulator, StepOutcome
 
@@ -155,17 +156,7 @@ class SimulatorServicer(pb_grpc.SimulatorServicer):
             rewards=tensor.to_proto(result.rewards.astype(np.float32, copy=False)),
             terminated=tensor.to_proto(result.terminated.astype(bool, copy=False)),
             truncated=tensor.to_proto(result.truncated.astype(bool, copy=False)),
-            episodes=[
-                pb.EpisodeSummary(
-                    slot_id=e.slot_id,
-                    clip_id=e.clip_id,
-                    length=int(e.metrics.get("length", 0)),
-                    episode_return=float(e.metrics.get("return", 0.0)),
-                    terminated=e.terminated,
-                    metrics={k: float(v) for k, v in e.metrics.items()},
-                )
-                for e in outcome.episodes
-            ],
+            episodes=[episode_summary(e) for e in outcome.episodes],
             timing=_timing_to_proto(outcome.timing),
             request_id=request.request_id,
         )

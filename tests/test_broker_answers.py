@@ -18,9 +18,10 @@ from scripted_env import ScriptedLengthEnv
 from broker import answers
 from broker.dealer import ClipDealer
 from broker.policy_runner import PolicyRunner
-from broker.pool import PoolTimeouts, SimulatorPool, resolve_addresses, split_host_port
+from broker.pool import PoolTimeouts, SimulatorPool
 from broker.samplers import SamplingError, make_sampler
 from broker.servicer import BrokerServicer
+from fast.addresses import resolve_addresses, split_host_port
 from fast.spaces import SpaceSpec
 from fast.v1 import broker_pb2
 from fast.v1 import simulator_pb2 as pb

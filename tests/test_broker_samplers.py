@@ -1,7 +1,10 @@
-"""Sampling semantics of every mode, exact, against scripted episode lengths over real gRPC.
+"""Sampling semantics of every mode, exact, against scripted episode lengths.
 
-The scripted env runs in a real `Simulator` behind a real gRPC server on a loopback port in
-this process; the samplers reach it through the broker's SimulatorPool like any server.
+The scripted env runs in a real `Simulator`. The semantics tests reach it through the broker's
+in-process pool (broker/in_process.py): sockets add nothing to what a mode decides. Every mode
+is also sampled over real gRPC (a gRPC server on a loopback port in this process, the broker's
+SimulatorPool), and its batches must be those of the in-process pool: the seam of
+broker/slots.py changes nothing a sampler sees.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ import torch
 from scripted_env import ScriptedLengthEnv
 
 from broker.dealer import ClipDealer, holdout_clips
+from broker.in_process import InProcessPool
 from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
 from broker.recorder import RolloutRecorder
 from broker.samplers import MODE_NAMES, make_sampler
 from broker.samplers.fast import Dpsa, round_ends, termination_rate
 from broker.samplers.sgr import SynchronousGlobalReset
+from broker.slots import PoolTimeouts
 from learner.batch import RolloutBatch
 from learner.gae import masked_gae
 from sim_server.cost_model import CostModel, CostModelConfig
@@ -29,7 +34,16 @@ from sim_server.simulator import Simulator
 
 
 @asynccontextmanager
-async def scripted_pool(*envs: ScriptedLengthEnv):
+async def scripted_pool(*envs: ScriptedLengthEnv, timeouts: PoolTimeouts | None = None):
+    """The scripted envs in-process, one Simulator each, and a runner for their spaces."""
+    pool = InProcessPool([Simulator(env, CostModel(CostModelConfig())) for env in envs], timeouts)
+    yield pool, PolicyRunner(pool.observation_space, pool.action_space, (8,), seed=0)
+    await pool.close()
+
+
+@asynccontextmanager
+async def grpc_scripted_pool(*envs: ScriptedLengthEnv):
+    """The scripted envs each behind a real gRPC server in this process, through the SimulatorPool."""
     servers = []
     pool = SimulatorPool()
     try:
@@ -125,7 +139,7 @@ def test_recorder_bootstraps_in_one_pass_and_pads_with_zeros() -> None:
     assert batch["obs"][0, 1].tolist() == [0.0, 0.0] and batch["truncated"][0].tolist() == [False, False, True]
 
 
-# --- modes over gRPC --------------------------------------------------------------------------
+# --- modes, in-process -------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("truncation", ["carry", "reset"])
@@ -290,3 +304,100 @@ def test_ver_fills_budget_unevenly_without_padding() -> None:
     # Each segment ends terminated or truncated, so GAE never crosses from one slot to another.
     ends = (rb.terminated | rb.truncated)[:, 0]
     assert ends[-1] and ends.sum() >= 6
+
+
+# --- every mode over real gRPC: the batches of the in-process pool -------------------------------
+
+
+@pytest.mark.parametrize("mode", MODE_NAMES)
+def test_every_mode_samples_over_grpc_as_over_the_in_process_pool(mode) -> None:
+    async def go(pool_of):
+        envs = ScriptedLengthEnv([3, 7, 12], truncating=(1,)), ScriptedLengthEnv([5, 9, 4])
+        async with pool_of(*envs) as (pool, runner):
+            dealer = ClipDealer(50, holdout_every=0, seed=0)
+            sampler = make_sampler(mode, pool, runner, dealer, samples_per_iteration=30, alpha=0.5, t_max=8)
+            out = [await sampler.sample() for _ in range(2)]
+            return out, [env.reset_calls for env in envs]
+
+    over_grpc, grpc_resets = asyncio.run(go(grpc_scripted_pool))
+    in_process, resets = asyncio.run(go(scripted_pool))
+    for (a, a_stats), (b, b_stats) in zip(over_grpc, in_process):
+        _check_batch(a)
+        _check_batch(b)
+        assert a_stats.valid == b_stats.valid >= 30 and a_stats.faults == b_stats.faults == 0
+        if mode == "ver":  # every slot runs on its own: which slot takes which step is a matter of timing
+            continue
+        assert a.keys() == b.keys()
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+        assert (a_stats.episode_lengths, a_stats.episode_returns) == (b_stats.episode_lengths, b_stats.episode_returns)
+        assert (a_stats.transitions, a_stats.global_resets, a_stats.reset_calls) == (
+            b_stats.transitions,
+            b_stats.global_resets,
+            b_stats.reset_calls,
+        )
+    if mode != "ver":  # the same slots reset (a server's concurrent one-slot Resets may arrive in any order)
+        assert [sorted(calls) for calls in grpc_resets] == [sorted(calls) for calls in resets]
+
+
+# --- the in-process pool's faults ---------------------------------------------------------------
+
+
+class FailingEnv(ScriptedLengthEnv):
+    """Raises at its `fail_at`-th step call; answers a NaN reward from its `nan_from`-th on."""
+
+    def __init__(self, lengths, *, fail_at: int = 0, nan_from: int = 0) -> None:
+        super().__init__(lengths)
+        self.calls, self.fail_at, self.nan_from = 0, fail_at, nan_from
+
+    def step(self, slot_ids, actions):
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise RuntimeError("the engine crashed")
+        result = super().step(slot_ids, actions)
+        if self.nan_from and self.calls >= self.nan_from:
+            result.rewards[:] = np.nan
+        return result
+
+
+def test_in_process_pool_fails_the_slots_of_an_env_that_raises_and_readmits_it() -> None:
+    async def go():
+        envs = ScriptedLengthEnv([50, 50]), FailingEnv([50, 50], fail_at=3)
+        async with scripted_pool(*envs, timeouts=PoolTimeouts(backoff_initial_s=0.0)) as (pool, runner):
+            sampler = make_sampler(
+                "fast", pool, runner, ClipDealer(50, holdout_every=0, seed=0), samples_per_iteration=40, t_max=5
+            )
+            batch, stats = await sampler.sample()
+            return pool, envs, batch, stats
+
+    pool, envs, batch, stats = asyncio.run(go())
+    _check_batch(batch)
+    # Its two slots failed at the third row: padding there, their second step truncated and bootstrapped.
+    assert stats.faults == 2 and stats.episode_ends["fault"] == 2
+    assert not batch["valid_mask"][2, 2:].any() and batch["valid_mask"][2, :2].all()
+    assert batch["truncated"][1, 2:].all()
+    server = pool.servers[1]
+    assert server.faults == 1 and server.readmissions == 1 and server.up
+    assert server.last_error == "RuntimeError: the engine crashed"
+    assert envs[1].reset_calls[-1] == [0, 1]  # re-admitted at the next round's start and reset there
+    assert batch["valid_mask"][5:, 2:].any()  # and its slots sampled again
+
+
+def test_in_process_pool_drops_a_server_that_keeps_answering_badly() -> None:
+    async def go():
+        envs = ScriptedLengthEnv([50, 50]), FailingEnv([50, 50], nan_from=2)
+        timeouts = PoolTimeouts(backoff_initial_s=0.0)
+        async with scripted_pool(*envs, timeouts=timeouts) as (pool, runner):
+            sampler = make_sampler(
+                "autoreset", pool, runner, ClipDealer(50, holdout_every=0, seed=0), samples_per_iteration=60
+            )
+            batch, stats = await sampler.sample()
+            return pool, batch, stats
+
+    pool, batch, stats = asyncio.run(go())
+    _check_batch(batch)
+    server = pool.servers[1]
+    assert server.dropped and not server.up and server.faults == pool.max_bad_answers
+    assert "rewards: slot 0 has reward nan" in server.last_error
+    assert np.isfinite(batch["rewards"]).all()  # nothing of a bad answer reached the batch
+    assert stats.valid >= 60 and batch["valid_mask"][-10:, 2:].sum() == 0  # the other server filled the batch

@@ -11,7 +11,7 @@ import time
 import grpc
 import pytest
 
-from broker.pool import resolve_addresses
+from fast.addresses import resolve_addresses
 from fast.rpc import open_blocking_channel
 from fast.v1 import broker_pb2 as pb
 from fast.v1 import broker_pb2_grpc as pb_grpc

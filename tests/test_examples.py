@@ -1,6 +1,7 @@
-"""The simulator examples (examples/): standalone fast.v1 servers in Python and in Node.js, built from
-protos/ alone as their READMEs say, served on loopback with the session's run token, checked by
-`fast sim-check` and trained on by `fast train --simulators`.
+"""The examples (examples/). The simulator examples: standalone fast.v1 servers in Python and in Node.js,
+built from protos/ alone as their READMEs say, served on loopback with the session's run token, checked
+by `fast sim-check` and trained on by `fast train --simulators`. The training example
+(train_in_process.py): FAST's loop in one process, run for two tiny iterations as a reader would run it.
 
 The Node example needs node and examples/node_sim/node_modules (`python3 dev.py test` runs `npm ci`
 there). Without node its tests are skipped, unless FAST_REQUIRE_NODE=1 (CI), which makes them fail.
@@ -303,3 +304,24 @@ def test_sigterm_drains_an_open_stream_and_exits_0(kind: str, python_dir: Path) 
             more.set()  # end the request side
     finally:
         service.stop()
+
+
+# -- the in-process training loop -----------------------------------------------------------------
+
+
+@pytest.mark.timeout(240)
+def test_train_in_process_runs_two_iterations_and_evaluates() -> None:
+    command = [
+        sys.executable, str(EXAMPLES / "train_in_process.py"), "--iterations", "2", "--slots", "3",
+        "--samples", "64", "--t-max", "30", "--hidden", "8", "--update-epochs", "1", "--num-minibatches", "2",
+        "--eval-episodes", "1",
+    ]  # fmt: skip
+    out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    iterations = [line for line in lines if line.startswith("iteration")]
+    assert len(iterations) == 2 and all(" valid of " in line for line in iterations), out.stdout
+    # Both policies played the 20 held-out clips of the takeover workload's 200, one episode each.
+    assert any(line.startswith("initial policy on 20 held-out episodes") for line in lines), out.stdout
+    assert any(line.startswith("final policy on 20 held-out episodes") for line in lines), out.stdout
+    assert lines[-1].startswith("trained 2 iterations in "), out.stdout

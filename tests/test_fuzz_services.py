@@ -24,8 +24,8 @@ from conftest import stub_for
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from broker.pool import split_host_port
 from fast import tensor
+from fast.addresses import split_host_port
 from fast.spaces import SpaceSpec, space_to_proto
 from fast.v1 import broker_pb2 as bpb
 from fast.v1 import broker_pb2_grpc, learner_pb2_grpc, simulator_pb2_grpc

@@ -23,11 +23,10 @@ from scripted_env import ScriptedLengthEnv
 from test_prefetch_system import sample_three
 
 from broker.dealer import ClipDealer
+from broker.in_process import InProcessPool
 from broker.policy_runner import PolicyRunner
-from broker.pool import SimulatorPool
 from broker.samplers import make_sampler, rounds
 from sim_server.cost_model import CostModel, CostModelConfig
-from sim_server.server import create_server
 from sim_server.simulator import Simulator
 
 # Three servers at three speeds: the fast ones answer first and step on.
@@ -73,13 +72,13 @@ def test_one_server_runs_its_rounds_unpipelined(monkeypatch) -> None:
     """Nothing to overlap with a single server: pipelined, its rounds take the plain lock-step path
     (no task per call, no speculation's bookkeeping), and the batches are the same."""
     plain_rounds = []
-    lockstep_round = rounds._lockstep_round
+    lockstep_round = rounds.Rounds._lockstep
 
-    async def counted(*args):
+    async def counted(self, *args):
         plain_rounds.append(1)
-        return await lockstep_round(*args)
+        return await lockstep_round(self, *args)
 
-    monkeypatch.setattr(rounds, "_lockstep_round", counted)
+    monkeypatch.setattr(rounds.Rounds, "_lockstep", counted)
     with sim_server("--slots", "4", "--cost-preset", "step-only", "--step-latency-s", "0.0005") as server:
         plain, _, _ = asyncio.run(sample_three([server.address], pipeline=False, prefetch=False, truncation="reset"))
         unpiped_rounds = len(plain_rounds)
@@ -91,19 +90,13 @@ def test_one_server_runs_its_rounds_unpipelined(monkeypatch) -> None:
 
 @asynccontextmanager
 async def _scripted_servers(*envs_and_latencies):
-    """Scripted envs (tests/scripted_env.py), each behind a real gRPC server with its own step latency."""
-    servers, pool = [], SimulatorPool()
-    try:
-        for env, latency in envs_and_latencies:
-            sim = Simulator(env, CostModel(CostModelConfig(step_latency_s=latency)))
-            server, port, _ = await create_server(sim, "127.0.0.1:0", env_id="scripted")
-            servers.append(server)
-            await pool.add(f"127.0.0.1:{port}")
-        yield pool
-    finally:
-        await pool.close()
-        for server in servers:
-            await server.stop(None)
+    """Scripted envs (tests/scripted_env.py), each in a Simulator with its own step latency, in-process
+    (broker/in_process.py): what the rows' interleaving depends on is the latencies, not the sockets."""
+    pool = InProcessPool(
+        [Simulator(env, CostModel(CostModelConfig(step_latency_s=latency))) for env, latency in envs_and_latencies]
+    )
+    yield pool
+    await pool.close()
 
 
 @pytest.mark.parametrize("pipeline", [False, True])

@@ -18,13 +18,18 @@ import yaml
 from conftest import sim_server
 from typer.testing import CliRunner
 
-from broker.evaluate import EvaluationError, evaluate, evaluation_episodes, summarize
+from broker.evaluate import EvaluationError, EvaluationSession, evaluate, evaluation_episodes, summarize
+from broker.in_process import InProcessPool
 from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
 from fast.config import ConfigError, resolve_config
 from jobs.cli import app
 from jobs.train.config import ENV_PREFIX, TrainConfig
 from jobs.train.report import PLOTS, ReportError, write_report
+from learner.policy import export_weights
+from sim_server.cost_model import CostModel, cost_model_config
+from sim_server.environments import make_env
+from sim_server.simulator import Simulator
 from sim_server.takeover.metrics import METRIC_NAMES
 
 # Tiny sizes: every mode trains 2 iterations in seconds; evaluation still plays all 20 held-out clips.
@@ -322,6 +327,42 @@ def test_evaluate_random_and_policy_play_every_episode_to_its_end() -> None:
     summary = summarize(policy_episodes)
     assert summary["episodes"] == 6 and 0.0 <= summary["collided_rate"] <= 1.0
     assert summary["length_mean"] == pytest.approx(np.mean([e["length"] for e in policy_episodes]))
+
+
+async def _session_episodes(session: EvaluationSession, weights: bytes) -> tuple[list[dict], list[dict]]:
+    """(policy, random) episodes of one session: what train, compare and bench play."""
+    session.require_clips()
+    return await session.play(session.policy((8,), 1, weights)), await session.play(None)
+
+
+async def _over_grpc(address: str, weights: bytes) -> tuple[list[dict], list[dict]]:
+    async with EvaluationSession.connect([address], holdout_every=10, episodes_per_clip=1, seed=3) as session:
+        return await _session_episodes(session, weights)
+
+
+def _takeover_in_process(slots: int) -> InProcessPool:
+    """What `sim-server --env takeover --num-clips 40` serves, in this process."""
+    return InProcessPool(
+        [Simulator(make_env("takeover", slots, seed=0, num_clips=40), CostModel(cost_model_config("off")))]
+    )
+
+
+async def _in_process(weights: bytes) -> tuple[list[dict], list[dict]]:
+    session = EvaluationSession(_takeover_in_process(3), holdout_every=10, episodes_per_clip=1, seed=3)
+    return await _session_episodes(session, weights)
+
+
+def test_evaluation_session_plays_the_same_episodes_over_grpc_and_in_process() -> None:
+    pool = _takeover_in_process(1)
+    weights = export_weights(PolicyRunner(pool.observation_space, pool.action_space, (8,), seed=5).policy)
+    with sim_server("--env", "takeover", "--slots", "3", "--num-clips", "40") as server:
+        over_grpc = asyncio.run(_over_grpc(server.address, weights))
+    in_process = asyncio.run(_in_process(weights))
+    for grpc_episodes, local_episodes in zip(over_grpc, in_process):
+        assert [e["clip_id"] for e in grpc_episodes] == [9, 19, 29, 39]
+        assert grpc_episodes == local_episodes  # every metric of every episode, the summaries included
+    with pytest.raises(RuntimeError, match="no held-out clip among 40 with holdout_every=50"):
+        EvaluationSession(pool, holdout_every=50, episodes_per_clip=1, seed=0).require_clips()
 
 
 # -- the report from a synthetic run directory ------------------------------------------------

@@ -32,6 +32,8 @@ KINDS = ("waiting", "simulator", "inference", "serialisation", "transport", "eve
 
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 
+# sim_server/client.py's functions that only build or decode messages.
+_DECODING = ("step_reply", "reset_reply", "episode_summary")
 # (kind, test on (function, file)), tried for each frame from the leaf outwards.
 _RULES: tuple[tuple[str, Callable[[str, str], bool]], ...] = (
     ("waiting", lambda f, p: p.endswith("selectors.py") and f.endswith(("select", "poll"))),
@@ -39,7 +41,7 @@ _RULES: tuple[tuple[str, Callable[[str, str], bool]], ...] = (
     ("inference", lambda f, p: p.endswith("broker/policy_runner.py")),
     ("simulator", lambda f, p: "sim_server/takeover/" in p or p.endswith(("sim_server/simulator.py", "cost_model.py"))),
     ("serialisation", lambda f, p: p.endswith("fast/tensor.py") or "google/protobuf" in p),
-    ("serialisation", lambda f, p: p.endswith("sim_server/client.py") and f in ("step_reply", "reset_reply")),
+    ("serialisation", lambda f, p: p.endswith("sim_server/client.py") and f in _DECODING),
     # StepStream.step and the servicer's _step build the request / response messages themselves.
     ("serialisation", lambda f, p: p.endswith("sim_server/client.py") and f.endswith("step")),
     ("serialisation", lambda f, p: p.endswith("sim_server/servicer.py") and f.endswith("_step")),

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from broker.dealer import ClipDealer
     from broker.policy_runner import PolicyRunner
-    from broker.pool import SimulatorPool
+    from broker.slots import SlotPool
 
 __all__ = ["MODE_NAMES", "ModeName", "Sampler", "SamplingError", "make_sampler", "mode_calls"]
 
@@ -55,7 +55,7 @@ def mode_calls(mode: str) -> tuple[bool, bool]:
 
 def make_sampler(
     mode: str,
-    pool: SimulatorPool,
+    pool: SlotPool,
     runner: PolicyRunner,
     dealer: ClipDealer,
     *,

@@ -4,8 +4,8 @@
 Every step: one row of the [T, N] batch, one Step call per server (concurrent). Without rounds,
 one forward pass for all the slots that act; with rounds, one per server, each on the server's
 own noise stream, and a server that answered may step on while the others still step, the rows
-judged as the classic lock-step judges them (rounds.py, `pipeline`). Then the mode's rule says
-what happens when episodes end:
+judged as the classic lock-step judges them (rounds.py: `Rounds`, which the sampler owns).
+Then the mode's rule says what happens when episodes end:
 - without rounds (sc, autoreset): a slot whose episode ended is reset at once, on its own
   (one Reset call per slot, as each env of a Gymnasium vector env resets itself); live
   episodes carry across iterations (truncated and bootstrapped at the iteration's end);
@@ -33,12 +33,12 @@ import numpy as np
 from broker.metrics import IterationStats
 from broker.recorder import RolloutRecorder
 from broker.samplers.base import SamplingError
-from broker.samplers.rounds import NOT_DONE, step_round
+from broker.samplers.rounds import Rounds
 
 if TYPE_CHECKING:
     from broker.dealer import ClipDealer
     from broker.policy_runner import PolicyRunner
-    from broker.pool import PoolStep, SimulatorPool
+    from broker.slots import PoolStep, SlotPool
 
 
 class LockstepRule:
@@ -78,7 +78,7 @@ class LockstepRule:
 class LockstepSampler:
     def __init__(
         self,
-        pool: SimulatorPool,
+        pool: SlotPool,
         runner: PolicyRunner,
         dealer: ClipDealer,
         rule: LockstepRule,
@@ -92,7 +92,6 @@ class LockstepSampler:
         self.pool, self.runner, self.dealer = pool, runner, dealer
         self.rule = rule
         self.prefetch = prefetch
-        self.pipeline = pipeline  # rounds: a server that answered steps on while others still step (rounds.py)
         self.samples_per_iteration = samples_per_iteration
         self.stall_timeout_s = stall_timeout_s
         # Global ids of the slots this sampler drives (those offered, all by default, as the rule picks).
@@ -103,9 +102,15 @@ class LockstepSampler:
         self.obs = np.zeros((n, *space.shape), dtype=space.dtype)
         self.live = np.zeros(n, dtype=bool)  # a live episode runs in the slot
         self.episode_len = np.zeros(n, dtype=np.int64)
-        self.round_members = np.zeros(n, dtype=bool)  # slots reset at the start of this round
-        self.round_done = np.zeros(n, dtype=bool)  # members whose episode ended (or failed) this round
-        self.done_row = np.full(n, NOT_DONE, dtype=np.int64)  # the batch row at which each member was done
+        # The modes with rounds: the current round's members and their ends, and its stepping (rounds.py);
+        # `pipeline`: a server that answered steps on while others still step.
+        self.rounds = (
+            Rounds(
+                pool, runner, self.slots, obs=self.obs, live=self.live, apply_step=self.apply_step, pipelined=pipeline
+            )
+            if rule.rounds
+            else None
+        )
         # Prefetch: each slot's next clip and seed, dealt ahead and being prepared by its server (-1: none).
         self.next_clip = np.full(n, -1, dtype=np.int64)
         self.next_seed = np.zeros(n, dtype=np.int64)
@@ -121,8 +126,8 @@ class LockstepSampler:
         self.rule = type(self.rule).configured(alpha=alpha, t_max=t_max, truncation=self.rule.truncation)
 
     @property
-    def rounds(self) -> bool:
-        return self.rule.rounds
+    def pipeline(self) -> bool:
+        return self.rounds is not None and self.rounds.pipelined
 
     def _up(self) -> np.ndarray:
         return self.pool.up_mask()[self.slots]
@@ -197,9 +202,7 @@ class LockstepSampler:
         await self._prepare_next(fresh[ok])  # their next clips load while this round steps
         if fresh.size or not self.rule.carries:
             stats.global_resets += 1
-        self.round_members[:] = self.live & up
-        self.round_done[:] = False
-        self.done_row[:] = NOT_DONE
+        self.rounds.open(self.live & up)
 
     def _end_round(self, row: int, recorder: RolloutRecorder, stats: IterationStats) -> None:
         """Global truncation: every live episode is truncated in the batch and bootstrapped from
@@ -234,7 +237,7 @@ class LockstepSampler:
         act_dtype = np.int64 if act.kind == "discrete" else np.float32
         recorder = RolloutRecorder(n, space.shape, space.dtype, act.shape, act_dtype)
         started = time.perf_counter()
-        if self.rounds:
+        if self.rounds is not None:
             await self._sample_rounds(recorder, stats)
             return self._finish(recorder, stats, started)
         await self._refill(stats)
@@ -273,7 +276,7 @@ class LockstepSampler:
         progress = (0, time.monotonic())
         while True:
             await self._start_round(stats)
-            last_row = await step_round(self, recorder, stats, pipelined=self.pipeline)
+            last_row = await self.rounds.step(self.rule, recorder, stats)
             self._end_round(last_row, recorder, stats)
             if stats.valid >= self.samples_per_iteration:
                 return
@@ -347,6 +350,6 @@ class LockstepSampler:
             if self.episode_len[s] > 0:
                 stats.record_episode(int(self.episode_len[s]), "fault")
             self.live[s] = False
-            self.round_done[s] = True
-            self.done_row[s] = row
+            if self.rounds is not None:
+                self.rounds.mark_done(np.array([s]), row)
             stats.faults += 1

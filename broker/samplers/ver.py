@@ -31,7 +31,7 @@ from broker.samplers.base import SamplingError
 if TYPE_CHECKING:
     from broker.dealer import ClipDealer
     from broker.policy_runner import PolicyRunner
-    from broker.pool import SimulatorPool
+    from broker.slots import SlotPool
 
 
 class InferenceBatcher:
@@ -75,7 +75,7 @@ class StepBatcher:
     waits long for one that is slow to come. Each slot's future resolves when its server answers.
     """
 
-    def __init__(self, pool: SimulatorPool, gather_s: float = 0.002) -> None:
+    def __init__(self, pool: SlotPool, gather_s: float = 0.002) -> None:
         self.pool = pool
         self.gather_s = gather_s
         self._pending: dict[int, list[tuple[int, np.ndarray, asyncio.Future]]] = {}
@@ -163,7 +163,7 @@ class _Segment:
 class VerSampler:
     def __init__(
         self,
-        pool: SimulatorPool,
+        pool: SlotPool,
         runner: PolicyRunner,
         dealer: ClipDealer,
         *,

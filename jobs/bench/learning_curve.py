@@ -17,10 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from broker.dealer import holdout_clips
-from broker.evaluate import evaluate, summarize
-from broker.policy_runner import PolicyRunner
-from broker.pool import SimulatorPool
+from broker.evaluate import EvaluationSession, summarize
 from fast.rpc import Credentials
 from learner.checkpoint import list_checkpoints, load_checkpoint, policy_weights
 
@@ -55,24 +52,22 @@ async def evaluate_checkpoints(
     """
     clock = version_clock(run_dir / "metrics.jsonl")
     points = []
-    pool = SimulatorPool(credentials=credentials)
-    try:
-        for address in addresses:
-            await pool.add(address)
-        clips = holdout_clips(pool.num_clips, holdout_every)
-        if clips.size == 0:
-            raise RuntimeError(f"no held-out clip among {pool.num_clips} with holdout_every={holdout_every}")
+    async with EvaluationSession.connect(
+        addresses,
+        holdout_every=holdout_every,
+        episodes_per_clip=episodes_per_clip,
+        seed=seed,
+        credentials=credentials,
+    ) as session:
+        session.require_clips()
         for version, path in list_checkpoints(run_dir / "checkpoints"):
             if version not in clock:
                 continue
             checkpoint = load_checkpoint(path)
-            runner = PolicyRunner(pool.observation_space, pool.action_space, checkpoint.hidden_sizes, seed=seed)
-            runner.load(version, policy_weights(checkpoint))
-            summary = summarize(await evaluate(pool, runner, clips, episodes_per_clip, seed))
+            runner = session.policy(checkpoint.hidden_sizes, version, policy_weights(checkpoint))
+            summary = summarize(await session.play(runner))
             time_s, transitions = clock[version]
             points.append({"version": version, "time_s": time_s, "transitions": transitions, **summary})
-    finally:
-        await pool.close()
     return points
 
 

@@ -26,10 +26,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from broker.dealer import HOLDOUT_EVERY, holdout_clips
-from broker.evaluate import evaluate, evaluation_episodes
-from broker.policy_runner import PolicyRunner
-from broker.pool import SimulatorPool
+from broker.dealer import HOLDOUT_EVERY
+from broker.evaluate import EvaluationSession, evaluation_episodes
 from fast.rpc import Credentials
 from fast.spaces import SpaceSpec, describe_space, spaces_equal
 from jobs.compare.jackknife import LEVEL, PairedDifference, paired_difference, t_quantile
@@ -208,23 +206,22 @@ async def evaluate_policies(
     """(held-out clips, catalog size, episodes of each distinct run) on one pool of the given servers.
 
     `credentials`: the servers' run token (None: the environment's)."""
-    pool = SimulatorPool(credentials=credentials)
-    try:
-        for address in addresses:
-            await pool.add(address)
+    holdout_every = runs[0].workload.holdout_every
+    async with EvaluationSession.connect(
+        addresses, holdout_every=holdout_every, episodes_per_clip=episodes_per_clip, seed=seed, credentials=credentials
+    ) as session:
         reference = runs[0].checkpoint
         for name in ("observation_space", "action_space"):
-            served: SpaceSpec = getattr(pool, name)
+            served: SpaceSpec = getattr(session.pool, name)
             if not spaces_equal(served, getattr(reference, name)):
                 raise CompareError(
                     f"the simulators serve {name} {describe_space(served)}, the runs' policies expect "
                     f"{describe_space(getattr(reference, name))} (run {runs[0].path})"
                 )
-        clips = holdout_clips(pool.num_clips, runs[0].workload.holdout_every)
-        if clips.size < 2:
+        if session.clips.size < 2:
             raise CompareError(
-                f"{clips.size} held-out clip(s) among {pool.num_clips} with holdout_every="
-                f"{runs[0].workload.holdout_every}; the jackknife over clips needs at least 2"
+                f"{session.clips.size} held-out clip(s) among {session.num_clips} with holdout_every="
+                f"{holdout_every}; the jackknife over clips needs at least 2"
             )
         episodes: dict[Path, list[dict]] = {}
         for run in runs:
@@ -232,12 +229,9 @@ async def evaluate_policies(
             if key in episodes:  # the same run in both groups: deterministic, played once
                 continue
             checkpoint = run.checkpoint
-            runner = PolicyRunner(pool.observation_space, pool.action_space, checkpoint.hidden_sizes, seed=seed)
-            runner.load(checkpoint.policy_version, run.weights)
-            episodes[key] = await evaluate(pool, runner, clips, episodes_per_clip, seed)
-    finally:
-        await pool.close()
-    return clips, pool.num_clips, episodes
+            runner = session.policy(checkpoint.hidden_sizes, checkpoint.policy_version, run.weights)
+            episodes[key] = await session.play(runner)
+    return session.clips, session.num_clips, episodes
 
 
 # -- 4. the statistics table --------------------------------------------------------------------

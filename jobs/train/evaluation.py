@@ -20,9 +20,7 @@ from pathlib import Path
 import grpc
 
 from broker.dealer import holdout_clips
-from broker.evaluate import evaluate, summarize
-from broker.policy_runner import PolicyRunner
-from broker.pool import SimulatorPool
+from broker.evaluate import EvaluationSession, summarize
 from fast.rpc import Credentials
 from learner.checkpoint import CheckpointError, load_latest, policy_weights
 from learner.client import LearnerClient
@@ -106,27 +104,23 @@ async def evaluate_run(
     `credentials`: the run's token (None: the environment's)."""
     started = time.perf_counter()
     final = await fetch_final_policy(learner_address, checkpoint_dir, credentials)
-    pool = SimulatorPool(credentials=credentials)
-    try:
-        for address in simulators:
-            await pool.add(address)
-        runner = PolicyRunner(pool.observation_space, pool.action_space, final.hidden_sizes, seed=seed)
-        runner.load(final.version, final.weights)
-        clips = holdout_clips(pool.num_clips, holdout_every)
-        if clips.size == 0:
-            raise RuntimeError(f"no held-out clip among {pool.num_clips} with holdout_every={holdout_every}")
-        trained = await evaluate(pool, runner, clips, episodes_per_clip, seed)
-        random = await evaluate(pool, None, clips, episodes_per_clip, seed)
+    async with EvaluationSession.connect(
+        simulators,
+        holdout_every=holdout_every,
+        episodes_per_clip=episodes_per_clip,
+        seed=seed,
+        credentials=credentials,
+    ) as session:
+        session.require_clips()
+        trained = await session.play(session.policy(final.hidden_sizes, final.version, final.weights))
+        random = await session.play(None)
         untrained = None
         if initial is not None:
-            runner.load(initial.version, initial.weights)
-            untrained = await evaluate(pool, runner, clips, episodes_per_clip, seed)
-    finally:
-        await pool.close()
+            untrained = await session.play(session.policy(initial.hidden_sizes, initial.version, initial.weights))
     return {
         "policy_version": final.version,
         "policy_source": final.source,
-        "clips": clips.tolist(),
+        "clips": session.clips.tolist(),
         "episodes_per_clip": episodes_per_clip,
         "seed": seed,
         "eval_time_s": time.perf_counter() - started,
