@@ -26,7 +26,7 @@ if [[ -z "${DEBIAN_MIRROR:-}" ]]; then
 fi
 
 ROOTFS=$(mktemp -d /var/tmp/fast-base.XXXXXX)
-trap 'rm -rf "$ROOTFS"' EXIT
+trap 'rm -rf "$ROOTFS" "$ROOTFS.log"' EXIT
 started=$SECONDS
 echo "+ debootstrap minbase bookworm from $DEBIAN_MIRROR"
 debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
