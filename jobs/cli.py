@@ -483,9 +483,35 @@ def sim_check(
     raise typer.Exit(code=main(address, options, token_file=token_file, json_path=json_path))
 
 
+def _http_health(url: str, timeout_s: float, tls_ca: Optional[Path]) -> None:
+    """`fast health URL`: GET it; exit 0 on a 2xx answer, 1 otherwise. One plain argument, so that a
+    container health check needs no shell and no quoting (podman's Docker API splits a health check's
+    arguments at spaces: `python -c "import ..."` reaches the container as `python -c import`)."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    context = ssl.create_default_context(cafile=str(tls_ca) if tls_ca else None) if url.startswith("https") else None
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s, context=context) as reply:
+            code = reply.status
+    except urllib.error.HTTPError as exc:
+        code = exc.code
+    except (urllib.error.URLError, OSError) as exc:
+        typer.echo(f"{url}: {getattr(exc, 'reason', exc)}", err=True)
+        raise typer.Exit(code=1)
+    typer.echo(f"{url}: {code}")
+    raise typer.Exit(code=0 if 200 <= code < 300 else 1)
+
+
 @app.command("health")
 def health(
-    address: Annotated[str, typer.Argument(help="HOST:PORT of a FAST service (sim-server, learner, broker).")],
+    address: Annotated[
+        str,
+        typer.Argument(
+            help="HOST:PORT of a FAST service (sim-server, learner, broker), or the gateway's http(s)://HOST:PORT/healthz."
+        ),
+    ],
     timeout_s: Annotated[float, typer.Option(min=0.1, help="Deadline of the check.")] = 3.0,
     tls_ca: Annotated[Optional[Path], typer.Option(help="TLS: the CA that signed the service's certificate.")] = None,
     tls_cert: Annotated[
@@ -500,7 +526,10 @@ def health(
 
     For container health checks and readiness scripts: `fast health 127.0.0.1:50051`. The health
     service needs no run token; a service with TLS needs the --tls-* options (docs/security.md).
+    An http:// or https:// URL (the gateway's /healthz) is asked with GET: exit 0 on a 2xx answer.
     """
+    if address.startswith(("http://", "https://")):
+        _http_health(address, timeout_s, tls_ca)
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 

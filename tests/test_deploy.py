@@ -244,3 +244,48 @@ def test_network_policies_let_only_the_broker_reach_simulators_and_learner() -> 
     assert _ingress_from("broker") == [{"app": "fast-gateway"}]  # its control API: the gateway only
     job = next(d for d in _k8s_documents() if d["kind"] == "Job")
     assert broker.items() <= job["spec"]["template"]["metadata"]["labels"].items()
+
+
+# -- the gateway's container health check ---------------------------------------------------------
+
+
+def test_compose_health_checks_have_no_argument_with_a_space() -> None:
+    # podman's Docker API splits a health check's arguments at spaces (`python -c "import x; ..."`
+    # reached the container as `python -c import`): one word per argument runs on Docker and podman.
+    for name, service in _compose()["services"].items():
+        test = service["healthcheck"]["test"]
+        assert test[0] == "CMD" and not any(" " in arg for arg in test), f"{name}: {test}"
+
+
+def test_fast_health_asks_an_http_url_for_the_gateway() -> None:
+    import http.server
+    import socket
+    import threading
+
+    from typer.testing import CliRunner
+
+    from jobs.cli import app
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/healthz" else 503)
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    runner = CliRunner()
+    try:
+        ok = runner.invoke(app, ["health", f"{base}/healthz"])
+        assert ok.exit_code == 0 and "200" in ok.output, ok.output
+        assert runner.invoke(app, ["health", f"{base}/readyz"]).exit_code == 1  # 503
+    finally:
+        server.shutdown()
+        server.server_close()
+    with socket.socket() as free:  # a port nothing listens on
+        free.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{free.getsockname()[1]}/healthz"
+    assert runner.invoke(app, ["health", closed, "--timeout-s", "2"]).exit_code == 1
