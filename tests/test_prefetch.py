@@ -142,8 +142,11 @@ def test_steps_pay_the_penalty_while_a_background_load_runs() -> None:
         return during.timing.compute_s + during.timing.emulated_s, after.timing.compute_s + after.timing.emulated_s
 
     during, after = asyncio.run(go())
+    # Twice the latency during the load, once after: 20 ms against 10 ms. Lower bounds only: a wait
+    # is never shorter than asked, but on a loaded machine any wait can run long (once: 32 ms for
+    # the 10 ms one), so `during > after` failed with nothing wrong. Without the penalty the step
+    # during the load waits 10 ms and the first bound fails.
     assert during >= 0.02 * 0.99 and after >= 0.01 * 0.99
-    assert during > after  # twice the latency against once: 20 ms against 10 ms
 
 
 def test_bad_prepares_are_refused_and_change_nothing() -> None:
