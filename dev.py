@@ -2,7 +2,8 @@
 """Set up and run FAST from a fresh clone with nothing but Python 3.11 and pip.
 
     python3 dev.py train    # the main job: fast train, the whole local stack
-    python3 dev.py test     # the test suite
+    python3 dev.py test     # the test suite, on parallel workers (docs/testing.md)
+    python3 dev.py test --quick   # the inner loop: no end-to-end runs (`slow`), no browser
 
 Creates .venv/ on first use and installs the project into it (torch pinned to the CPU
 wheel 2.13.0); later runs reuse it and reinstall only when pyproject.toml changed.
@@ -87,10 +88,20 @@ def ensure_node_example() -> None:
         print("note: npm ci failed in examples/node_sim; the Node simulator example's test will fail")
 
 
+# pytest-xdist workers for `dev.py test`. More than the cores pay: most tests wait on sockets,
+# processes and timers (measured in docs/testing.md). A user's own `-n` comes later and wins.
+TEST_WORKERS = "4"
+# `dev.py test --quick`: the `slow` tests (end-to-end runs of several processes, the browser) left out.
+QUICK = ["-m", "not slow and not chaos"]
+
 COMMANDS = {
     "train": [["-m", "fast", "train"]],
     # Lint and format first (seconds), then the tests; extra arguments go to pytest.
-    "test": [["-m", "ruff", "check", "."], ["-m", "ruff", "format", "--check", "."], ["-m", "pytest", "-q"]],
+    "test": [
+        ["-m", "ruff", "check", "."],
+        ["-m", "ruff", "format", "--check", "."],
+        ["-m", "pytest", "-q", "-n", TEST_WORKERS],
+    ],
 }
 
 
@@ -102,9 +113,11 @@ def main(argv: list[str]) -> int:
     if argv[0] == "test":
         ensure_browser()
         ensure_node_example()
-    steps = COMMANDS[argv[0]]
+    steps, user = COMMANDS[argv[0]], argv[1:]
+    if argv[0] == "test" and "--quick" in user:
+        user = [*QUICK, *(a for a in user if a != "--quick")]  # a user's own -m, later, still wins
     for i, args in enumerate(steps):
-        extra = argv[1:] if i == len(steps) - 1 else []  # the user's arguments are for the last step
+        extra = user if i == len(steps) - 1 else []  # the user's arguments are for the last step
         code = subprocess.run([str(PYTHON), *args, *extra], cwd=ROOT).returncode
         if code != 0:
             return code

@@ -3,6 +3,10 @@
 Before anything starts, the session gets a run token of its own (FAST_AUTH_TOKEN_FILE, in a temp
 directory that is also FAST_HOME): every service and client of the tests uses it, and no test
 reads or writes the user's ~/.fast.
+
+Every process of the session computes with one thread (OMP_NUM_THREADS=1 unless set): torch's
+intra-op threads only spin on these tiny models, and under parallel workers (`dev.py test` runs 4;
+tests/xdist_units.py says how they share the suite) they halve what the suite gets done per core.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from xdist_units import pytest_collection_modifyitems, pytest_xdist_make_scheduler  # noqa: F401 (hooks)
 
 from fast import auth
 from fast.rpc import open_blocking_channel
@@ -39,6 +44,7 @@ def _session_token() -> Path:
 
 
 SESSION_TOKEN_FILE = _session_token()
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @contextmanager

@@ -20,6 +20,7 @@ def _fast(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "fast", *args], capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_bench_sampling_tiny_writes_json_table_and_charts(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     done = _fast(
@@ -79,6 +80,7 @@ def test_bench_sampling_tiny_writes_json_table_and_charts(tmp_path: Path) -> Non
     assert "## Episode length in steady state" in table and "| fast+reset | 4 |" in table.split("steady state")[1]
 
 
+@pytest.mark.slow
 def test_bench_sampling_with_map_locality_hits_the_map_cache_more(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     args = ["--modes", "sc,fast", "--clips", "6", "--preset", "calibrated", "--repeats", "1", "--samples", "600"]
@@ -101,6 +103,7 @@ def test_bench_sampling_with_map_locality_hits_the_map_cache_more(tmp_path: Path
     assert done.returncode == 2 and "give off, on or off,on" in done.stderr
 
 
+@pytest.mark.slow
 def test_bench_sampling_measures_ver_before_and_after_batching_its_steps(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     args = ["--modes", "ver", "--clips", "6", "--preset", "off", "--repeats", "1", "--samples", "300"]
@@ -297,6 +300,7 @@ def test_summary_censors_runs_that_never_reached_the_target_at_their_training_ti
 
 # Two `fast train` runs of five processes each plus the evaluators: on 2 busy cores their start-ups
 # alone can pass the suite's 120 s; _fast's own 300 s bound then ends it with the run's output.
+@pytest.mark.slow
 @pytest.mark.timeout(330)
 def test_bench_train_tiny_runs_fast_train_per_mode_and_seed_and_evaluates_checkpoints(tmp_path: Path) -> None:
     out = tmp_path / "bench-train"
@@ -358,6 +362,7 @@ def test_bench_train_tiny_runs_fast_train_per_mode_and_seed_and_evaluates_checkp
     assert done.returncode == 2 and "--report-only needs --out" in done.stderr
 
 
+@pytest.mark.slow
 def test_bench_sampling_serves_a_gymnasium_env(tmp_path: Path) -> None:
     out = tmp_path / "bench-gym"
     done = _fast(

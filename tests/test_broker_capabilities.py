@@ -24,6 +24,9 @@ from fast.v1 import simulator_pb2_grpc as sim_grpc
 from jobs.processes import ServiceProcess, start_service
 from sim_server.client import StepStream
 
+# Brokers driving real servers and a learner: end-to-end runs, left out of `dev.py test --quick`.
+pytestmark = pytest.mark.slow
+
 SIM_ARGS = ["sim-server", "--slots", "3", "--port", "0"]
 BARE = ["--no-step-stream", "--no-batched-reset"]
 

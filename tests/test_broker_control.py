@@ -281,6 +281,7 @@ def _broker(stack: dict, run_dir: Path, simulators: list[str]):
     )
 
 
+@pytest.mark.slow
 def test_status_history_and_watch_until_the_run_stops(stack, tmp_path) -> None:
     broker = _broker(stack, tmp_path, [stack["sim-a"], stack["sim-b"]])
     try:
@@ -337,6 +338,7 @@ def test_status_history_and_watch_until_the_run_stops(stack, tmp_path) -> None:
         broker.stop()
 
 
+@pytest.mark.slow
 def test_update_settings_and_detach_then_register_again(stack, tmp_path) -> None:
     a, b = stack["sim-a"], stack["sim-b"]  # 2 and 3 slots
     broker = _broker(stack, tmp_path, [a, b])

@@ -24,6 +24,9 @@ from learner.batch import RolloutBatch
 from learner.policy import ActorCritic
 from learner.ppo import PPOConfig, PPOLearner
 
+# Servers and learners killed under running brokers: end-to-end runs, left out of `dev.py test --quick`.
+pytestmark = pytest.mark.slow
+
 
 def _port(address: str) -> str:
     return address.rsplit(":", 1)[1]

@@ -35,6 +35,7 @@ def _wait(predicate, timeout_s: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.slow
 def test_register_pause_resume_stop(tmp_path) -> None:
     a = start_service("sim-a", ["sim-server", "--slots", "2", "--port", "0"])
     b = start_service("sim-b", ["sim-server", "--slots", "3", "--port", "0"])

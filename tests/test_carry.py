@@ -235,6 +235,7 @@ def _weights(runner: PolicyRunner) -> bytes:
     return export_weights(runner.policy)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_carry_plays_every_episode_as_sc_does_under_a_deterministic_policy() -> None:
     with ExitStack() as stack:

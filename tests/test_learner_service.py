@@ -124,7 +124,7 @@ def learner(tmp_path_factory) -> Iterator[ServiceProcess]:
     """One initialised learner shared by the tests that do not depend on its version."""
     with learner_process(tmp_path_factory.mktemp("learner-ckpt")) as service:
         with learner_stub(service.address) as stub:
-            stub.Initialize(init_request(), timeout=10)
+            stub.Initialize(init_request(), timeout=30)
         yield service
 
 
@@ -155,7 +155,7 @@ def test_calls_before_initialize_failed_precondition(tmp_path: Path) -> None:
 
 def test_lifecycle_submit_stale_checkpoint_every_k_and_sigterm(tmp_path: Path) -> None:
     with learner_process(tmp_path, "--checkpoint-every", "3") as service, learner_stub(service.address) as stub:
-        r = stub.Initialize(init_request(), timeout=10)
+        r = stub.Initialize(init_request(), timeout=30)
         assert (r.policy_version, r.resumed) == (0, False)
         assert [v for v, _ in list_checkpoints(tmp_path)] == [0]  # the spaces are on disk at once
 
@@ -204,7 +204,7 @@ def test_lifecycle_submit_stale_checkpoint_every_k_and_sigterm(tmp_path: Path) -
 def test_kill_9_then_restart_resumes_from_latest_checkpoint(tmp_path: Path) -> None:
     args = ("--checkpoint-every", "2", "--keep-checkpoints", "2")
     with learner_process(tmp_path, *args) as service, learner_stub(service.address) as stub:
-        stub.Initialize(init_request(), timeout=10)
+        stub.Initialize(init_request(), timeout=30)
         for version in range(3):
             stub.SubmitBatch(submit_request(make_arrays(seed=version), version), timeout=30)
         service.kill()  # version 3 was never checkpointed
@@ -218,7 +218,7 @@ def test_kill_9_then_restart_resumes_from_latest_checkpoint(tmp_path: Path) -> N
         policy = stub.GetPolicy(pb.GetPolicyRequest(), timeout=10).policy
         assert policy.version == 2
         assert_same_weights(weights_of(policy.weights), checkpointed.learner_state["policy"])
-        r = stub.Initialize(init_request(), timeout=10)
+        r = stub.Initialize(init_request(), timeout=30)
         assert (r.policy_version, r.resumed) == (2, True)
         with pytest.raises(grpc.RpcError) as excinfo:  # sampled by the lost version 3
             stub.SubmitBatch(submit_request(make_arrays(seed=3), 3), timeout=30)
@@ -291,19 +291,19 @@ def test_malformed_batch_invalid_argument_names_field(stub, case: str, fragments
 def test_initialize_with_other_spaces_failed_precondition(stub) -> None:
     wider = SpaceSpec("box", (7,), np.dtype(np.float32), np.zeros(7, np.float32), np.ones(7, np.float32))
     with pytest.raises(grpc.RpcError) as excinfo:
-        stub.Initialize(init_request(obs_space=wider), timeout=10)
+        stub.Initialize(init_request(obs_space=wider), timeout=30)
     assert_code(excinfo, grpc.StatusCode.FAILED_PRECONDITION, "Box(shape=(7,)", "Box(shape=(6,)", "--checkpoint-dir")
     other_bounds = SpaceSpec("box", (2,), np.dtype(np.float32), -2 * np.ones(2, np.float32), 2 * np.ones(2, np.float32))
     with pytest.raises(grpc.RpcError) as excinfo:
-        stub.Initialize(init_request(action_space=other_bounds), timeout=10)
+        stub.Initialize(init_request(action_space=other_bounds), timeout=30)
     assert_code(excinfo, grpc.StatusCode.FAILED_PRECONDITION, "action_space", "other bounds")
-    r = stub.Initialize(init_request(), timeout=10)
+    r = stub.Initialize(init_request(), timeout=30)
     assert r.resumed
 
 
 def test_initialize_without_spaces_invalid_argument(stub) -> None:
     with pytest.raises(grpc.RpcError) as excinfo:
-        stub.Initialize(pb.InitializeRequest(action_space=space_to_proto(ACTION_SPACE)), timeout=10)
+        stub.Initialize(pb.InitializeRequest(action_space=space_to_proto(ACTION_SPACE)), timeout=30)
     assert_code(excinfo, grpc.StatusCode.INVALID_ARGUMENT, "observation_space is missing")
 
 

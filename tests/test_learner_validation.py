@@ -135,10 +135,10 @@ def test_the_reported_wedge_over_grpc_then_sigterm_writes_the_final_checkpoint(t
             for case in ("bounds of 3 for a Box of 5", "low > high"):
                 request, fragment = BAD_INITIALIZE[case]
                 with pytest.raises(grpc.RpcError) as refused:
-                    stub.Initialize(request, timeout=10)
+                    stub.Initialize(request, timeout=30)
                 assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and fragment in refused.value.details()
             assert not stub.GetStatus(pb.GetStatusRequest(), timeout=10).initialized
-            assert stub.Initialize(_request(), timeout=10).resumed is False
+            assert stub.Initialize(_request(), timeout=30).resumed is False
             assert stub.GetPolicy(pb.GetPolicyRequest(known_version=-1), timeout=10).policy.weights
             stub.SaveCheckpoint(pb.SaveCheckpointRequest(), timeout=30)
         service.process.send_signal(signal.SIGTERM)

@@ -191,6 +191,7 @@ def test_a_socket_that_does_not_open_from_here_falls_back_to_grpc(server) -> Non
     assert transport == "grpc stream" and handle.local_step_socket == ""
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_fast_samples_the_same_batches_over_the_socket_as_over_grpc() -> None:
     with ExitStack() as stack:

@@ -66,6 +66,7 @@ def test_a_probe_server_refuses_bad_costs_naming_the_flag(tmp_path: Path) -> Non
     assert not (tmp_path / "s.sock").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_broker_overhead_reports_the_floor_beside_the_broker(tmp_path: Path) -> None:
     """The benchmark as a user runs it (smallest settings): every row carries the floor measured beside it."""

@@ -41,6 +41,7 @@ def _same_batches(a: list[dict], b: list[dict]) -> None:
             np.testing.assert_array_equal(x[key], y[key], err_msg=key)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_pipelined_rounds_sample_the_same_batches_as_lockstep() -> None:
     with ExitStack() as stack:

@@ -51,6 +51,7 @@ async def sample_three(
         await pool.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_fast_with_prefetch_samples_the_same_batches_as_without() -> None:
     with ExitStack() as stack:

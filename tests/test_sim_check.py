@@ -51,6 +51,7 @@ def assert_conforms(done: subprocess.CompletedProcess, report: dict) -> None:
     assert all(f["calls"] >= 3 and f["median_ms"] > 0 and f["p95_ms"] >= f["median_ms"] for f in figures.values())
 
 
+@pytest.mark.slow
 def test_takeover_server_conforms_and_drains_on_sigterm(tmp_path: Path) -> None:
     with sim_server("--env", "takeover", "--slots", "4", "--cost-preset", "off") as server:
         done, report = sim_check(server.address, tmp_path / "takeover.json", "--pid", str(server.pid))
@@ -75,6 +76,7 @@ def test_takeover_server_conforms_and_drains_on_sigterm(tmp_path: Path) -> None:
     assert not rows(report, "skip"), rows(report, "skip")
 
 
+@pytest.mark.slow
 def test_gym_server_conforms_and_a_wrong_token_is_a_usage_error(tmp_path: Path) -> None:
     wrong = tmp_path / "wrong-token"
     auth.write_token_file(wrong)
@@ -126,6 +128,7 @@ class SloppySimulator(pb_grpc.SimulatorServicer):
         )
 
 
+@pytest.mark.slow
 def test_a_server_without_stream_or_batched_reset_conforms(tmp_path: Path) -> None:
     # Both capabilities are optional: sim-check sends such a server what the broker sends it.
     with sim_server(

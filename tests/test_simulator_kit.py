@@ -185,6 +185,7 @@ def test_without_processes_the_server_steps_main_thread_engines_in_its_main_thre
         assert server.stop() == 0
 
 
+@pytest.mark.slow
 def test_sim_check_passes_on_a_processes_server_drain_included(tmp_path: Path) -> None:
     with _served_env("--env", MAIN_THREAD, "--processes", "2", "--slots", "4", "--num-clips", "20") as server:
         pids = list(_worker_pids(server).values())
@@ -203,6 +204,7 @@ def test_sim_check_passes_on_a_processes_server_drain_included(tmp_path: Path) -
     assert _wait_gone(pids) == []  # and its workers were joined
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_train_runs_on_a_processes_server(kit_server: ServiceProcess, tmp_path: Path) -> None:
     done = subprocess.run(
