@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from broker import answers
-from broker.slots import PoolCounters, PoolReset, PoolStep, PoolTimeouts, SlotNumbering
+from broker.slots import PoolCounters, PoolReset, PoolStep, PoolTimeouts, SlotNumbering, count_bad_answer
 from fast.spaces import space_mismatch
 from sim_server.client import ResetReply, StepReply, episode_summary
 
@@ -130,17 +130,7 @@ class InProcessPool(SlotNumbering):
         log.warning("simulator %s is down: %s", server.address, why)
 
     def _bad_answer(self, server: InProcessServer, problem: str) -> None:
-        if not server.up:
-            return
-        server.bad_answers += 1
-        self._mark_down(server, f"bad answer ({server.bad_answers} in a row): {problem}")
-        if server.bad_answers >= self.max_bad_answers:
-            server.dropped = True
-            server.last_error = (
-                f"dropped after {server.bad_answers} bad answers in a row and is not re-admitted in this run; "
-                f"the last: {problem}"
-            )
-            log.error("simulator %s %s", server.address, server.last_error)
+        count_bad_answer(server, problem, self.max_bad_answers, lambda why: self._mark_down(server, why))
 
     async def readmit_due(self) -> list[InProcessServer]:
         """Bring back the down servers whose backoff elapsed (not the dropped); their slots need a Reset."""
@@ -178,13 +168,7 @@ class InProcessPool(SlotNumbering):
         """Step global `slots`: one Simulator call per server, all concurrent (`unary` changes nothing here)."""
         k = slots.size
         space = self.observation_space
-        out = PoolStep(
-            observations=np.zeros((k, *space.shape), dtype=space.dtype),
-            rewards=np.zeros(k, dtype=np.float32),
-            terminated=np.zeros(k, dtype=bool),
-            truncated=np.zeros(k, dtype=bool),
-            failed=np.zeros(k, dtype=bool),
-        )
+        out = PoolStep.zeros(k, space)
 
         async def answer(server: InProcessServer, local: np.ndarray, actions: np.ndarray) -> tuple[StepReply, Any]:
             outcome = await server.simulator.step(local, actions)
@@ -210,17 +194,8 @@ class InProcessPool(SlotNumbering):
             if got is None:
                 out.failed[positions] = True
                 return
-            reply, t = got
-            out.observations[positions] = reply.observations
-            out.rewards[positions] = reply.rewards
-            out.terminated[positions] = reply.terminated
-            out.truncated[positions] = reply.truncated
-            for episode in reply.episodes:
-                out.episodes[server.slot_offset + episode.slot_id] = episode
-            out.server_s = max(out.server_s, t.compute_s + t.emulated_s + t.queued_s)
-            self.counters.step_calls += 1
-            self.counters.step_server_s += t.compute_s + t.emulated_s
-            self.counters.step_compute_s += t.compute_s
+            reply, timing = got
+            out.take(positions, reply, timing, server.slot_offset, self.counters)
             server.bad_answers = 0  # a good Step answer: it works again
 
         groups = self.by_server(slots)
@@ -235,7 +210,7 @@ class InProcessPool(SlotNumbering):
         """Reset global `slots`: one call per server when `batched`, else one per slot; all concurrent."""
         k = slots.size
         space = self.observation_space
-        out = PoolReset(observations=np.zeros((k, *space.shape), dtype=space.dtype), failed=np.zeros(k, dtype=bool))
+        out = PoolReset.zeros(k, space)
 
         async def answer(server: InProcessServer, local: np.ndarray, positions: np.ndarray) -> tuple[ResetReply, Any]:
             observations, timing = await server.simulator.reset(local, clips[positions], seeds[positions])
@@ -252,14 +227,8 @@ class InProcessPool(SlotNumbering):
             if got is None:
                 out.failed[positions] = True
                 return
-            reply, t = got
-            out.observations[positions] = reply.observations
-            out.server_s = max(out.server_s, t.compute_s + t.emulated_s + t.queued_s)
-            self.counters.reset_calls += 1
-            self.counters.reset_slots += positions.size
-            self.counters.map_loads += t.map_loads
-            self.counters.map_cache_hits += t.map_cache_hits
-            self.counters.prepared += t.prepared
+            reply, timing = got
+            out.take(positions, reply.observations, timing, self.counters)
 
         calls = []
         for s, positions in self.by_server(slots).items():

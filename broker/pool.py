@@ -39,7 +39,7 @@ import grpc
 import numpy as np
 
 from broker import answers
-from broker.slots import PoolCounters, PoolReset, PoolStep, PoolTimeouts, SlotNumbering
+from broker.slots import PoolCounters, PoolReset, PoolStep, PoolTimeouts, SlotNumbering, count_bad_answer
 from broker.transport import StepTransport
 from fast.quoting import shorten
 from fast.rpc import Credentials
@@ -202,22 +202,7 @@ class SimulatorPool(SlotNumbering):
         return True
 
     def _bad_answer(self, server: ServerHandle, problem: str) -> None:
-        """The server answered against the contract: a fault like a crash, counted towards dropping it.
-
-        Answers of calls that were in flight when it went down are not counted again: one fault,
-        one count, however many concurrent calls (VER's) it spoiled.
-        """
-        if not server.up:
-            return
-        server.bad_answers += 1
-        self._mark_down(server, f"bad answer ({server.bad_answers} in a row): {problem}")
-        if server.bad_answers >= self.max_bad_answers:
-            server.dropped = True
-            server.last_error = (
-                f"dropped after {server.bad_answers} bad answers in a row and is not re-admitted in this run "
-                f"(fix it, then start a new run); the last: {problem}"
-            )
-            log.error("simulator %s %s", server.address, server.last_error)
+        count_bad_answer(server, problem, self.max_bad_answers, lambda why: self._mark_down(server, why))
 
     async def readmit_due(self) -> list[ServerHandle]:
         """Try the down servers whose backoff elapsed; returns those re-admitted (their slots need a Reset)."""
@@ -275,13 +260,7 @@ class SimulatorPool(SlotNumbering):
         """
         k = slots.size
         obs_space = self.observation_space
-        out = PoolStep(
-            observations=np.zeros((k, *obs_space.shape), dtype=obs_space.dtype),
-            rewards=np.zeros(k, dtype=np.float32),
-            terminated=np.zeros(k, dtype=bool),
-            truncated=np.zeros(k, dtype=bool),
-            failed=np.zeros(k, dtype=bool),
-        )
+        out = PoolStep.zeros(k, obs_space)
         groups = self.by_server(slots)
 
         async def call(server: ServerHandle, positions: np.ndarray) -> None:
@@ -297,17 +276,7 @@ class SimulatorPool(SlotNumbering):
                 out.failed[positions] = True
                 return
             server.step_latency_s = moving_average(server.step_latency_s, time.perf_counter() - started)
-            out.observations[positions] = reply.observations
-            out.rewards[positions] = reply.rewards
-            out.terminated[positions] = reply.terminated
-            out.truncated[positions] = reply.truncated
-            for episode in reply.episodes:
-                out.episodes[server.slot_offset + episode.slot_id] = episode
-            t = reply.timing
-            out.server_s = max(out.server_s, t.compute_s + t.emulated_s + t.queued_s)
-            self.counters.step_calls += 1
-            self.counters.step_server_s += t.compute_s + t.emulated_s
-            self.counters.step_compute_s += t.compute_s
+            out.take(positions, reply, reply.timing, server.slot_offset, self.counters)
             server.bad_answers = 0  # a good Step answer: it works again
 
         if len(groups) == 1:  # one server (the pipelined rounds' calls): no gather, no task of its own
@@ -359,9 +328,7 @@ class SimulatorPool(SlotNumbering):
         (at most UNBATCHED_RESET_CONCURRENCY at a time where it cannot batch what `batched` asked)."""
         k = slots.size
         obs_space = self.observation_space
-        out = PoolReset(
-            observations=np.zeros((k, *obs_space.shape), dtype=obs_space.dtype), failed=np.zeros(k, dtype=bool)
-        )
+        out = PoolReset.zeros(k, obs_space)
 
         async def call(server: ServerHandle, positions: np.ndarray, bound: asyncio.Semaphore | None) -> None:
             if bound is not None:
@@ -380,14 +347,7 @@ class SimulatorPool(SlotNumbering):
                 out.failed[positions] = True
                 return
             server.reset_latency_s = moving_average(server.reset_latency_s, time.perf_counter() - started)
-            out.observations[positions] = reply.observations
-            timing = reply.timing
-            out.server_s = max(out.server_s, timing.compute_s + timing.emulated_s + timing.queued_s)
-            self.counters.reset_calls += 1
-            self.counters.reset_slots += positions.size
-            self.counters.map_loads += timing.map_loads
-            self.counters.map_cache_hits += timing.map_cache_hits
-            self.counters.prepared += timing.prepared
+            out.take(positions, reply.observations, reply.timing, self.counters)
 
         calls = []
         for s, positions in self.by_server(slots).items():

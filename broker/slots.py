@@ -21,7 +21,8 @@ slots over servers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -30,6 +31,9 @@ import numpy as np
 if TYPE_CHECKING:
     from fast.spaces import SpaceSpec
     from fast.v1 import simulator_pb2 as pb
+    from sim_server.client import StepReply
+
+log = logging.getLogger("fast.broker.pool")
 
 
 @dataclass
@@ -44,6 +48,31 @@ class PoolStep:
     episodes: dict[int, pb.EpisodeSummary] = field(default_factory=dict)  # global slot -> summary
     server_s: float = 0.0  # slowest call's server-side time (compute + emulated + queued)
 
+    @classmethod
+    def zeros(cls, k: int, space: SpaceSpec) -> PoolStep:
+        """Room for k slots' results, every one zero until its server answers."""
+        return cls(
+            observations=np.zeros((k, *space.shape), dtype=space.dtype),
+            rewards=np.zeros(k, dtype=np.float32),
+            terminated=np.zeros(k, dtype=bool),
+            truncated=np.zeros(k, dtype=bool),
+            failed=np.zeros(k, dtype=bool),
+        )
+
+    def take(self, positions: np.ndarray, reply: StepReply, timing, slot_offset: int, counters: PoolCounters) -> None:
+        """One server's checked Step answer for `positions` of the call (its first slot is global
+        `slot_offset`): results in place, its time and the pool's counters added."""
+        self.observations[positions] = reply.observations
+        self.rewards[positions] = reply.rewards
+        self.terminated[positions] = reply.terminated
+        self.truncated[positions] = reply.truncated
+        for episode in reply.episodes:
+            self.episodes[slot_offset + episode.slot_id] = episode
+        self.server_s = max(self.server_s, timing.compute_s + timing.emulated_s + timing.queued_s)
+        counters.step_calls += 1
+        counters.step_server_s += timing.compute_s + timing.emulated_s
+        counters.step_compute_s += timing.compute_s
+
 
 @dataclass
 class PoolReset:
@@ -51,6 +80,21 @@ class PoolReset:
     failed: np.ndarray  # [k] bool
     server_s: float = 0.0
     calls: int = 0  # Reset calls sent
+
+    @classmethod
+    def zeros(cls, k: int, space: SpaceSpec) -> PoolReset:
+        return cls(observations=np.zeros((k, *space.shape), dtype=space.dtype), failed=np.zeros(k, dtype=bool))
+
+    def take(self, positions: np.ndarray, observations: np.ndarray, timing, counters: PoolCounters) -> None:
+        """One checked Reset answer for `positions` of the call: observations in place, its time
+        and the pool's counters (reset slots, map loads and hits, preparations used) added."""
+        self.observations[positions] = observations
+        self.server_s = max(self.server_s, timing.compute_s + timing.emulated_s + timing.queued_s)
+        counters.reset_calls += 1
+        counters.reset_slots += positions.size
+        counters.map_loads += timing.map_loads
+        counters.map_cache_hits += timing.map_cache_hits
+        counters.prepared += timing.prepared
 
 
 @dataclass
@@ -90,6 +134,25 @@ class SlotServer(Protocol):
     up: bool
     dropped: bool  # never coming back in this run: waiting for it cannot help
     last_error: str
+
+
+def count_bad_answer(server, problem: str, max_bad_answers: int, mark_down: Callable[[str], object]) -> None:
+    """A server answered against the contract (broker/answers.py): a fault like a crash, `mark_down`
+    with why, and counted towards dropping it for the run after `max_bad_answers` in a row (a
+    good Step answer sets `server.bad_answers` back to 0). Answers of calls that were in flight
+    when it went down are not counted again: one fault, one count, however many concurrent calls
+    (VER's) it spoiled."""
+    if not server.up:
+        return
+    server.bad_answers += 1
+    mark_down(f"bad answer ({server.bad_answers} in a row): {problem}")
+    if server.bad_answers >= max_bad_answers:
+        server.dropped = True
+        server.last_error = (
+            f"dropped after {server.bad_answers} bad answers in a row and is not re-admitted in this run "
+            f"(fix it, then start a new run); the last: {problem}"
+        )
+        log.error("simulator %s %s", server.address, server.last_error)
 
 
 class SlotPool(Protocol):
