@@ -501,3 +501,20 @@ def test_resume_refuses_a_benchmark_of_other_settings_and_leaves_it(tmp_path: Pa
 def test_resume_needs_out() -> None:
     done = _fast("bench", "train", "--resume", timeout=60)
     assert done.returncode == 2 and "--resume needs --out" in done.stderr
+
+
+def test_a_median_the_censored_runs_cannot_move_is_exact() -> None:
+    """Three seeds, two at the target (148 s, 191 s), one not by its end (279 s): the median is
+    191 s whatever the third would have needed; with the censored run below the middle it is not."""
+    config = TrainBenchConfig(modes=("fast",), seeds=3)
+    records = [
+        _record("fast", 0, False, 279.0),
+        _record("fast", 1, True, 279.0, reached_at=148.0),
+        _record("fast", 2, True, 279.0, reached_at=191.0),
+    ]
+    [row] = summarize(records, config)
+    assert row["time_to_target_median_s"] == 191.0 and row["time_to_target_exact"]
+    assert row["transitions_to_target_median"] is None  # counted only when every run got there
+    records[0] = _record("fast", 0, False, 150.0)  # censored at 150 s: the median could be anywhere above
+    [row] = summarize(records, config)
+    assert row["time_to_target_median_s"] == 150.0 and not row["time_to_target_exact"]
