@@ -13,14 +13,9 @@ docs/learning.md.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
-from learner.policy import merged_moments
-
-if TYPE_CHECKING:
-    from learner.smpo import AllSum
+from learner.policy import AllSum, merged_moments
 
 
 class RunningMeanStd:

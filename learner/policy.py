@@ -13,14 +13,15 @@ from __future__ import annotations
 import io
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import torch
 from torch import nn
 from torch.distributions import Categorical, Normal
 
-if TYPE_CHECKING:
-    from learner.smpo import AllSum
+# The sum of a tensor over data-parallel learner ranks (learner/distributed.py: `Ranks.all_sum`), a
+# detached copy on the tensor's device. Where it is optional, None means this process holds the whole batch.
+AllSum = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)

@@ -15,15 +15,11 @@ intermediate stays finite and padded rows contribute an exact zero.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 
-from learner.policy import ActorCritic
-
-# The sum of a tensor over data-parallel learner ranks (learner/distributed.py: `Ranks.all_sum`), a
-# detached copy on the tensor's device. None everywhere below means this process holds the whole batch.
-AllSum = Callable[[torch.Tensor], torch.Tensor]
+from learner.policy import ActorCritic, AllSum
 
 
 class SMPOLoss(NamedTuple):
