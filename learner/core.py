@@ -27,12 +27,14 @@ import asyncio
 import copy
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from fast.quoting import shorten
 from fast.spaces import SpaceSpec, describe_space, space_mismatch
 from learner import hyperparameters
 from learner.batch import RolloutBatch
@@ -47,7 +49,7 @@ from learner.checkpoint import (
 from learner.config import LearnerConfig
 from learner.device import pick_device
 from learner.distributed import Ranks, state_digest
-from learner.errors import LearnerError, failed_precondition, invalid_argument
+from learner.errors import LearnerError, failed_precondition, invalid_argument, unavailable
 from learner.export import export_policy
 from learner.policy import ActionSpec, ActorCritic, export_weights, parameter_count
 from learner.ppo import PPOConfig, PPOLearner
@@ -147,6 +149,11 @@ class LearnerCore:
         # What the next update takes as it starts; replaced whole (never mutated), so a reader needs no lock.
         self._hyperparameters = self._configured_hyperparameters
         self._checkpointed_hyperparameters: Hyperparameters | None = None
+        # Set when a collective of the group failed (a rank gone, or no batch within rank_timeout_s): the
+        # group is unusable, every later SubmitBatch is UNAVAILABLE, and `on_group_failure` (the server's:
+        # stop this process, which exits 1 so that torchrun or the platform restarts the group) is called.
+        self.group_failure: str | None = None
+        self.on_group_failure: Callable[[], None] | None = None
         restored = load_latest(config.checkpoint_dir)
         if restored is not None:
             self._restore(restored)
@@ -317,6 +324,8 @@ class LearnerCore:
             # A second submit of the same version waited here while the first one trained;
             # it is stale now and must not be learnt from.
             self._refuse_stale(batch.policy_version)
+            if self.group_failure is not None:
+                raise unavailable(self.group_failure)
             refusal = None
             try:
                 self._check_batch(batch)
@@ -332,7 +341,7 @@ class LearnerCore:
             stats = None
             try:
                 if self._ranks is not None:
-                    values = self._agree_on_update(self._ranks, values, refusal)
+                    values = self._agree_on_update(self._ranks, values, refusal)  # waits for the other ranks
                 learner.set_hyperparameters(
                     learning_rate=values.learning_rate,
                     ent_coef=values.ent_coef,
@@ -362,6 +371,8 @@ class LearnerCore:
             return learner.update(batch) if self._ranks is None else learner.update(batch, self._ranks)
         except BaseException as error:
             learner.load_state_dict(backup)
+            if self._ranks is not None and isinstance(error, RuntimeError):  # torch.distributed's errors
+                raise self._group_failed(error) from None
             if isinstance(error, (ValueError, FloatingPointError)):
                 raise invalid_argument(
                     f"batch: the update failed and was rolled back, the policy stays at version "
@@ -408,7 +419,10 @@ class LearnerCore:
         assert self._learner is not None
         # 48 bits of the digest: exact in a float64, and a collision would need 2^24 different states.
         digest = int(state_digest(self._learner.policy)[:12], 16)
-        rows = ranks.gather([self._version, digest, refusal is None, values.learning_rate, values.ent_coef])
+        try:
+            rows = ranks.gather([self._version, digest, refusal is None, values.learning_rate, values.ent_coef])
+        except RuntimeError as error:  # torch.distributed's: a rank gone, or silent for rank_timeout_s
+            raise self._group_failed(error) from None
         if refusal is not None:
             raise refusal
         refused = [rank for rank, row in enumerate(rows) if not row[2]]
@@ -429,6 +443,22 @@ class LearnerCore:
         if ranks.rank != 0:
             self._hyperparameters = chosen  # what GetStatus shows: the values this rank trains with
         return chosen
+
+    def _group_failed(self, error: BaseException) -> LearnerError:
+        """Record that the group can no longer update (this rank's state was rolled back or never
+        touched), tell the server, and return the UNAVAILABLE to answer."""
+        assert self._ranks is not None
+        self.group_failure = (
+            f"the group of {self._ranks.world_size} learner ranks failed at policy version {self._version} "
+            f"({type(error).__name__}: {shorten(str(error))}): a rank left, or sent no batch within "
+            f"rank_timeout_s={self.config.rank_timeout_s:g} s; nothing was updated, rank {self._ranks.rank} stops, "
+            "and the run resumes from the last checkpoint when the group restarts (torchrun --max-restarts, or "
+            "the platform's restart)"
+        )
+        log.error("%s", self.group_failure)
+        if self.on_group_failure is not None:
+            self.on_group_failure()
+        return unavailable(self.group_failure)
 
     def _agree_on_resume(self, ranks: Ranks) -> None:
         """Every rank resumed the same version from the newest checkpoint (a shared checkpoint_dir), or

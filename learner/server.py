@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import sys
 
 import grpc
@@ -80,6 +82,8 @@ async def _serve_rank(config: LearnerConfig, ranks: Ranks | None) -> None:
     # Resuming (reading the newest checkpoint) happens before binding: a learner that
     # listens already knows its version.
     core = LearnerCore(config, ranks)
+    # A failed group (learner/core.py: group_failure) stops this rank the way SIGTERM does, then exits 1.
+    core.on_group_failure = lambda: os.kill(os.getpid(), signal.SIGTERM)
     address = f"{config.host}:{config.port}"
     server, port, health_servicer = await create_server(
         core, address, max_message_bytes=config.max_message_bytes, tls=config.tls
@@ -104,3 +108,5 @@ async def _serve_rank(config: LearnerConfig, ranks: Ranks | None) -> None:
     else:
         message = "stopped before Initialize; nothing to checkpoint"
     print(f"fast learner {message}", file=sys.stderr, flush=True)
+    if core.group_failure is not None:
+        raise SystemExit(f"fast learner: {core.group_failure}")

@@ -48,10 +48,11 @@ def _wait_for_line(child: Launch, pattern: re.Pattern, deadline: float) -> re.Ma
 
 
 @contextmanager
-def two_ranks(checkpoint_dir: Path) -> Iterator[list[ServiceProcess]]:
+def two_ranks(checkpoint_dir: Path, rank_timeout_s: float = 60) -> Iterator[list[ServiceProcess]]:
     """Rank 0 and rank 1 of a 2-rank group, each serving on 127.0.0.1:<free port>; both stopped on exit."""
     common = ["learner", "--host", "127.0.0.1", "--port", "0", "--checkpoint-dir", str(checkpoint_dir), *FAST_PPO]
-    common += ["--checkpoint-every", "1", "--world-size", "2", "--master-addr", "127.0.0.1", "--rank-timeout-s", "60"]
+    common += ["--checkpoint-every", "1", "--world-size", "2", "--master-addr", "127.0.0.1"]
+    common += ["--rank-timeout-s", str(rank_timeout_s)]
     children: list[Launch] = []
     try:
         children.append(launch("learner-rank0", [*common, "--rank", "0", "--master-port", "0"]))
@@ -129,6 +130,34 @@ def test_two_learner_ranks_update_together_and_resume_from_rank_0s_checkpoint(tm
     with two_ranks(checkpoint_dir) as ranks:
         assert all("version=1 initialized=true" in _listening_line(r) for r in ranks)
         assert [status.policy_version for status in asyncio.run(statuses([r.address for r in ranks]))] == [1, 1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_rank_left_without_a_batch_fails_the_group_and_the_learner_exits_1(tmp_path: Path) -> None:
+    """Rank 1 gets no batch: rank 0's SubmitBatch is UNAVAILABLE after rank_timeout_s, nothing changed,
+    and rank 0 stops with exit code 1, so that torchrun (or the platform) restarts the group."""
+
+    async def submit_to_rank_0_only(addresses: list[str]) -> grpc.aio.AioRpcError:
+        clients = [LearnerClient(address, update_timeout_s=60) for address in addresses]
+        try:
+            for client in clients:
+                await client.initialize(OBS_SPACE, ACTION_SPACE)
+            with pytest.raises(grpc.aio.AioRpcError) as failed:
+                await clients[0].submit(make_arrays(seed=1), policy_version=0)
+            return failed.value
+        finally:
+            for client in clients:
+                await client.close()
+
+    with two_ranks(tmp_path / "checkpoints", rank_timeout_s=10) as ranks:
+        error = asyncio.run(submit_to_rank_0_only([rank.address for rank in ranks]))
+        assert error.code() == grpc.StatusCode.UNAVAILABLE, error.details()
+        assert "the group of 2 learner ranks failed at policy version 0" in error.details()
+        assert "sent no batch within rank_timeout_s=10 s; nothing was updated, rank 0 stops" in error.details()
+        assert ranks[0].process.wait(timeout=30) == 1
+        assert any("the group of 2 learner ranks failed" in line for line in ranks[0].output[-5:])
+    assert sorted(path.name for path in (tmp_path / "checkpoints").glob("ckpt-*.pt")) == ["ckpt-000000000.pt"]
 
 
 def test_group_settings_come_from_the_config_then_torchruns_environment_then_one_rank() -> None:
