@@ -171,6 +171,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "obs_norm": True,
         "checkpoint_every": 2,
         "keep_checkpoints": 9,
+        "ranks": 2,
         "gateway": False,
         "gateway_port": 8081,
         "eval_episodes_per_clip": 0,
