@@ -143,6 +143,27 @@ def wait_listening(child: Launch, deadline: float, abort: Callable[[], bool] = l
     return ServiceProcess(child.name, child.process, child.found[0], child.lines)
 
 
+def wait_for_line(
+    child: Launch, pattern: re.Pattern[str], deadline: float, abort: Callable[[], bool] = lambda: False
+) -> re.Match[str]:
+    """Block until `child` prints a line matching `pattern` (before its listening line, e.g. learner rank 0's
+    rendezvous address); StartupError if it exits first, the deadline passes or abort() is true."""
+    seen = 0
+    while True:
+        lines = child.lines[seen:]
+        seen += len(lines)
+        for line in lines:
+            match = pattern.search(line)
+            if match:
+                return match
+        if child.process.poll() is not None or time.monotonic() > deadline or abort():
+            tail = " | ".join(child.lines[-20:]) or "(no output)"
+            raise StartupError(
+                f"{child.name} printed no line matching {pattern.pattern!r} ({child.shell_line()}): {tail}"
+            )
+        time.sleep(0.05)
+
+
 def stop(child: Launch, timeout_s: float) -> int | None:
     """SIGTERM, wait up to timeout_s, then SIGKILL; returns the exit code (None if it would not die)."""
     try:

@@ -59,6 +59,25 @@ class LearnerConfig(TlsSettings):  # tls_cert, tls_key, tls_ca, tls_server_name:
         0, ge=0, description="Anneal the learning rate linearly to lr / N over the first N updates; 0: constant."
     )
 
+    # Data-parallel ranks (learner/group.py; docs/learner.md, "Ranks"): each one left unset comes from
+    # torchrun's environment, else the learner is one rank alone, the single learner.
+    world_size: int | None = Field(
+        None, ge=1, description="Learner ranks in the group; unset: $WORLD_SIZE (torchrun's), else 1."
+    )
+    rank: int | None = Field(None, ge=0, description="This learner's rank, 0 to world_size - 1; unset: $RANK, else 0.")
+    master_addr: str | None = Field(
+        None, description="Rank 0's rendezvous address; unset: $MASTER_ADDR, else 127.0.0.1 (one machine)."
+    )
+    master_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="Rank 0's rendezvous port (0 on rank 0: a free one, printed); unset: $MASTER_PORT, else 29500.",
+    )
+    rank_timeout_s: float = Field(
+        600.0, gt=0.0, description="How long a rank waits for the others: to join, and for their batch of an update."
+    )
+
     # PPO (learner.ppo_config.PPOConfig). `seed` also seeds the network's initial weights.
     gamma: float = Field(_DEFAULT_PPO.gamma, ge=0.0, le=1.0, description="Discount.")
     gae_lambda: float = Field(_DEFAULT_PPO.gae_lambda, ge=0.0, le=1.0, description="GAE lambda.")

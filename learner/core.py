@@ -27,12 +27,14 @@ import asyncio
 import copy
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from fast.quoting import shorten
 from fast.spaces import SpaceSpec, describe_space, space_mismatch
 from learner import hyperparameters
 from learner.batch import RolloutBatch
@@ -46,7 +48,8 @@ from learner.checkpoint import (
 )
 from learner.config import LearnerConfig
 from learner.device import pick_device
-from learner.errors import failed_precondition, invalid_argument
+from learner.distributed import Ranks, state_digest
+from learner.errors import LearnerError, failed_precondition, invalid_argument, unavailable
 from learner.export import export_policy
 from learner.policy import ActionSpec, ActorCritic, export_weights, parameter_count
 from learner.ppo import PPOConfig, PPOLearner
@@ -111,13 +114,19 @@ class LearnerCore:
     """Initialize, GetPolicy, SubmitBatch, GetStatus, SaveCheckpoint, UpdateHyperparameters,
     ListCheckpoints and ExportPolicy, minus the wire."""
 
-    def __init__(self, config: LearnerConfig) -> None:
+    def __init__(self, config: LearnerConfig, ranks: Ranks | None = None) -> None:
         """Pick the device and resume from the newest readable checkpoint in config.checkpoint_dir, if any.
 
         Raises ValueError for an absent requested device, CheckpointError when checkpoints
-        exist but none can be restored.
+        exist but none can be restored, or (with `ranks`) when the ranks resumed other versions.
+
+        `ranks`: this learner is one rank of a data-parallel group (learner/group.py joined it). Every
+        update waits for the other ranks' batches of the same version and steps with them
+        (learner/distributed.py); rank 0 alone writes checkpoints and takes hyper-parameters.
         """
         self.config = config
+        self._ranks = ranks
+        self._writes_checkpoints = ranks is None or ranks.rank == 0
         self.ppo_config = config.ppo_config()
         self.device = pick_device(config.device)
         self.device_name = _device_name(self.device)
@@ -140,9 +149,16 @@ class LearnerCore:
         # What the next update takes as it starts; replaced whole (never mutated), so a reader needs no lock.
         self._hyperparameters = self._configured_hyperparameters
         self._checkpointed_hyperparameters: Hyperparameters | None = None
+        # Set when a collective of the group failed (a rank gone, or no batch within rank_timeout_s): the
+        # group is unusable, every later SubmitBatch is UNAVAILABLE, and `on_group_failure` (the server's:
+        # stop this process, which exits 1 so that torchrun or the platform restarts the group) is called.
+        self.group_failure: str | None = None
+        self.on_group_failure: Callable[[], None] | None = None
         restored = load_latest(config.checkpoint_dir)
         if restored is not None:
             self._restore(restored)
+        if ranks is not None:
+            self._agree_on_resume(ranks)
 
     # -- queries (event loop, never blocked by an update) ------------------------------------
 
@@ -195,6 +211,7 @@ class LearnerCore:
     async def save_checkpoint(self) -> tuple[Path, int]:
         """Write a checkpoint now (after any update in flight); returns (path, policy_version)."""
         self._require_initialized("SaveCheckpoint")
+        self._require_rank_zero("SaveCheckpoint", "writes checkpoints")
         return await asyncio.to_thread(self._save_blocking)
 
     def update_hyperparameters(
@@ -209,6 +226,7 @@ class LearnerCore:
         range or a call that sets neither. Allowed before Initialize: the values then train the policy
         Initialize builds (and are persisted from its version-0 checkpoint on).
         """
+        self._require_rank_zero("UpdateHyperparameters", "takes hyper-parameters (every rank trains with its values)")
         with self._hyperparameters_lock:
             values = hyperparameters.updated(self._hyperparameters, learning_rate=learning_rate, ent_coef=ent_coef)
             self._hyperparameters = values
@@ -306,7 +324,15 @@ class LearnerCore:
             # A second submit of the same version waited here while the first one trained;
             # it is stale now and must not be learnt from.
             self._refuse_stale(batch.policy_version)
-            self._check_batch(batch)
+            if self.group_failure is not None:
+                raise unavailable(self.group_failure)
+            refusal = None
+            try:
+                self._check_batch(batch)
+            except LearnerError as error:
+                if self._ranks is None:
+                    raise
+                refusal = error  # told to the other ranks first, so that they refuse too
             learner = self._learner
             assert learner is not None
             with self._hyperparameters_lock:
@@ -314,6 +340,8 @@ class LearnerCore:
                 self._update_in_flight = True
             stats = None
             try:
+                if self._ranks is not None:
+                    values = self._agree_on_update(self._ranks, values, refusal)  # waits for the other ranks
                 learner.set_hyperparameters(
                     learning_rate=values.learning_rate,
                     ent_coef=values.ent_coef,
@@ -340,9 +368,11 @@ class LearnerCore:
         # rolling back keeps "a refused batch changes nothing" true.
         backup = copy.deepcopy(learner.state_dict())
         try:
-            return learner.update(batch)
+            return learner.update(batch) if self._ranks is None else learner.update(batch, self._ranks)
         except BaseException as error:
             learner.load_state_dict(backup)
+            if self._ranks is not None and isinstance(error, RuntimeError):  # torch.distributed's errors
+                raise self._group_failed(error) from None
             if isinstance(error, (ValueError, FloatingPointError)):
                 raise invalid_argument(
                     f"batch: the update failed and was rolled back, the policy stays at version "
@@ -356,7 +386,7 @@ class LearnerCore:
 
     def _close_blocking(self) -> Path | None:
         with self._state_lock:
-            if self._learner is None:
+            if self._learner is None or not self._writes_checkpoints:
                 return None
             unchanged = (
                 self._checkpointed_version == self._version
@@ -374,6 +404,73 @@ class LearnerCore:
                 "simulators' observation and action spaces first"
             )
         return snapshot
+
+    def _require_rank_zero(self, call: str, what: str) -> None:
+        if self._ranks is not None and self._ranks.rank != 0:
+            raise failed_precondition(
+                f"{call} on rank {self._ranks.rank} of {self._ranks.world_size}: rank 0's learner {what}; call it there"
+            )
+
+    def _agree_on_update(self, ranks: Ranks, values: Hyperparameters, refusal: LearnerError | None) -> Hyperparameters:
+        """Before a group update, every rank tells the others its version, its weights' digest, whether it
+        accepts its batch, and its hyper-parameters. Returns rank 0's hyper-parameters, which every rank
+        trains with; raises on every rank alike (nothing changes anywhere) when a rank refused its batch
+        or the ranks do not hold the same policy. Waits for every rank's batch (rank_timeout_s at most)."""
+        assert self._learner is not None
+        # 48 bits of the digest: exact in a float64, and a collision would need 2^24 different states.
+        digest = int(state_digest(self._learner.policy)[:12], 16)
+        try:
+            rows = ranks.gather([self._version, digest, refusal is None, values.learning_rate, values.ent_coef])
+        except RuntimeError as error:  # torch.distributed's: a rank gone, or silent for rank_timeout_s
+            raise self._group_failed(error) from None
+        if refusal is not None:
+            raise refusal
+        refused = [rank for rank, row in enumerate(rows) if not row[2]]
+        if refused:
+            raise invalid_argument(
+                f"rank(s) {refused} of {ranks.world_size} refused their batch of policy version {self._version}, "
+                "so no rank learnt from this update's batches; the policy stays at this version: sample again "
+                "and resubmit"
+            )
+        versions, digests = [int(row[0]) for row in rows], [int(row[1]) for row in rows]
+        if len(set(versions)) > 1 or len(set(digests)) > 1:
+            raise failed_precondition(
+                f"the learner ranks hold other policies (versions {versions}, weight digests "
+                f"{[f'{d:012x}' for d in digests]}); restart the group so that every rank resumes from the "
+                f"same checkpoint in {self.config.checkpoint_dir}"
+            )
+        chosen = Hyperparameters(learning_rate=rows[0][3], ent_coef=rows[0][4])
+        if ranks.rank != 0:
+            self._hyperparameters = chosen  # what GetStatus shows: the values this rank trains with
+        return chosen
+
+    def _group_failed(self, error: BaseException) -> LearnerError:
+        """Record that the group can no longer update (this rank's state was rolled back or never
+        touched), tell the server, and return the UNAVAILABLE to answer."""
+        assert self._ranks is not None
+        self.group_failure = (
+            f"the group of {self._ranks.world_size} learner ranks failed at policy version {self._version} "
+            f"({type(error).__name__}: {shorten(str(error))}): a rank left, or sent no batch within "
+            f"rank_timeout_s={self.config.rank_timeout_s:g} s; nothing was updated, rank {self._ranks.rank} stops, "
+            "and the run resumes from the last checkpoint when the group restarts (torchrun --max-restarts, or "
+            "the platform's restart)"
+        )
+        log.error("%s", self.group_failure)
+        if self.on_group_failure is not None:
+            self.on_group_failure()
+        return unavailable(self.group_failure)
+
+    def _agree_on_resume(self, ranks: Ranks) -> None:
+        """Every rank resumed the same version from the newest checkpoint (a shared checkpoint_dir), or
+        none: CheckpointError on every rank otherwise."""
+        rows = ranks.gather([self._version if self.initialized else -1])
+        versions = [int(row[0]) for row in rows]
+        if len(set(versions)) > 1:
+            raise CheckpointError(
+                f"the learner ranks resumed other policy versions ({versions}, -1: none) from their checkpoint "
+                f"directories; every rank must read the same checkpoint_dir (rank {ranks.rank}'s: "
+                f"{self.config.checkpoint_dir})"
+            )
 
     def _refuse_stale(self, batch_version: int) -> None:
         current = self._version
@@ -465,6 +562,8 @@ class LearnerCore:
     def _write_checkpoint_logged(self) -> Path | None:
         # A periodic checkpoint that fails (disk full) must not fail the update that already
         # happened: the version moved on. It is logged, and the next one tries again.
+        if not self._writes_checkpoints:
+            return None  # rank 0 writes the group's checkpoints (its weights are every rank's)
         try:
             return self._write_checkpoint()
         except Exception as error:

@@ -9,6 +9,7 @@ class ErrorKind(Enum):
     INVALID_ARGUMENT = "INVALID_ARGUMENT"  # malformed request: missing tensor, shape, dtype, space
     FAILED_PRECONDITION = "FAILED_PRECONDITION"  # valid request, wrong state: stale version, not initialised
     UNIMPLEMENTED = "UNIMPLEMENTED"  # a feature this learner's installation lacks (ONNX export without onnx)
+    UNAVAILABLE = "UNAVAILABLE"  # the group of learner ranks failed (a rank gone or silent): it must restart
 
 
 class LearnerError(Exception):
@@ -33,3 +34,7 @@ def failed_precondition(message: str) -> LearnerError:
 
 def unimplemented(message: str) -> LearnerError:
     return LearnerError(ErrorKind.UNIMPLEMENTED, message)
+
+
+def unavailable(message: str) -> LearnerError:
+    return LearnerError(ErrorKind.UNAVAILABLE, message)

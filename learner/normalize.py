@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from learner.policy import merged_moments
+from learner.policy import AllSum, merged_moments
 
 
 class RunningMeanStd:
@@ -30,12 +30,13 @@ class RunningMeanStd:
         self.var = torch.ones(shape, dtype=torch.float64)
         self.count = float(epsilon)
 
-    def update(self, x: torch.Tensor) -> None:
-        """Merge the rows of `x` `[B, *shape]` (B may be 0: nothing changes)."""
-        if x.shape[0] == 0:
+    def update(self, x: torch.Tensor, all_sum: AllSum | None = None) -> None:
+        """Merge the rows of `x` `[B, *shape]` (B may be 0: nothing changes); with `all_sum`, the rows of
+        every rank (learner.policy.merged_moments)."""
+        if x.shape[0] == 0 and all_sum is None:
             return
         x = x.detach().to("cpu", torch.float64)
-        self.mean, self.var, self.count = merged_moments(self.mean, self.var, self.count, x)
+        self.mean, self.var, self.count = merged_moments(self.mean, self.var, self.count, x, all_sum)
 
     def state_dict(self) -> dict:
         return {"mean": self.mean.clone(), "var": self.var.clone(), "count": self.count}
@@ -81,10 +82,13 @@ class RewardScaler:
         """What rewards are divided by now."""
         return float((self.returns.var + self.epsilon).sqrt())
 
-    def observe(self, rewards: torch.Tensor, ended: torch.Tensor, valid_mask: torch.Tensor) -> None:
-        """Merge the discounted returns of one batch's valid steps into the statistics."""
+    def observe(
+        self, rewards: torch.Tensor, ended: torch.Tensor, valid_mask: torch.Tensor, all_sum: AllSum | None = None
+    ) -> None:
+        """Merge the discounted returns of one batch's valid steps into the statistics (of every rank's
+        batch with `all_sum`: returns are per slot, so each rank computes its own)."""
         returns = discounted_returns(rewards, ended, valid_mask, self.gamma)
-        self.returns.update(returns[valid_mask.cpu()])
+        self.returns.update(returns[valid_mask.cpu()], all_sum)
 
     def state_dict(self) -> dict:
         return {"gamma": self.gamma, "returns": self.returns.state_dict()}

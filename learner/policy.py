@@ -13,11 +13,15 @@ from __future__ import annotations
 import io
 import math
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import torch
 from torch import nn
 from torch.distributions import Categorical, Normal
+
+# The sum of a tensor over data-parallel learner ranks (learner/distributed.py: `Ranks.all_sum`), a
+# detached copy on the tensor's device. Where it is optional, None means this process holds the whole batch.
+AllSum = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -89,12 +93,24 @@ def parameter_count(obs_shape: Sequence[int], action_spec: Any, hidden_sizes: Se
 
 
 def merged_moments(
-    mean: torch.Tensor, var: torch.Tensor, count: float, x: torch.Tensor
+    mean: torch.Tensor, var: torch.Tensor, count: float, x: torch.Tensor, all_sum: AllSum | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, float]:
     """(mean, population variance, count) of the data summarised by the first three plus the rows
     of `x` `[B, *shape]` (float64, B >= 1): Chan et al.'s parallel merge, so a batch at a time gives
-    the same figures as one value at a time, to rounding."""
-    batch_mean, batch_var, batch_count = x.mean(0), x.var(0, unbiased=False), float(x.shape[0])
+    the same figures as one value at a time, to rounding.
+
+    With `all_sum` (learner/distributed.py) `x` is one rank's rows, B >= 0: the batch's moments are
+    those of every rank's rows together (count, sum, then squared deviations, summed over the
+    ranks), so every rank merges the same figures; rows on no rank at all change nothing.
+    """
+    if all_sum is None:
+        batch_mean, batch_var, batch_count = x.mean(0), x.var(0, unbiased=False), float(x.shape[0])
+    else:
+        batch_count = float(all_sum(torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device)))
+        if batch_count == 0:
+            return mean, var, count
+        batch_mean = all_sum(x.sum(0)) / batch_count
+        batch_var = all_sum((x - batch_mean).square().sum(0)) / batch_count
     delta = batch_mean - mean
     total = count + batch_count
     m2 = var * count + batch_var * batch_count + delta.square() * (count * batch_count / total)
@@ -122,12 +138,13 @@ class ObservationNormalizer(nn.Module):
         return ((flat_obs - mean) / std).clamp(-self.CLIP, self.CLIP)
 
     @torch.no_grad()
-    def observe(self, flat_obs: torch.Tensor) -> None:
-        """Merge rows `[B, flat_dim]` into the statistics (Chan's parallel update, float64)."""
-        if flat_obs.shape[0] == 0:
+    def observe(self, flat_obs: torch.Tensor, all_sum: AllSum | None = None) -> None:
+        """Merge rows `[B, flat_dim]` into the statistics (Chan's parallel update, float64); with
+        `all_sum`, the rows of every rank (merged_moments), B = 0 included."""
+        if flat_obs.shape[0] == 0 and all_sum is None:
             return
-        x = flat_obs.detach().reshape(flat_obs.shape[0], -1).to(self.mean.device, torch.float64)
-        mean, var, count = merged_moments(self.mean, self.var, float(self.count), x)
+        x = flat_obs.detach().reshape(flat_obs.shape[0], self.mean.shape[0]).to(self.mean.device, torch.float64)
+        mean, var, count = merged_moments(self.mean, self.var, float(self.count), x, all_sum)
         self.mean.copy_(mean)
         self.var.copy_(var)
         self.count.fill_(count)

@@ -8,7 +8,10 @@ the bound port; `serve` runs one until SIGTERM or SIGINT, then drains in-flight 
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import signal
 import sys
 
 import grpc
@@ -21,6 +24,9 @@ from fast.v1 import learner_pb2 as pb
 from fast.v1 import learner_pb2_grpc as pb_grpc
 from learner.config import LearnerConfig
 from learner.core import LearnerCore
+from learner.device import pick_device
+from learner.distributed import Ranks
+from learner.group import GroupSettings, group_settings, join_group, leave_group, rank_device
 from learner.servicer import LearnerServicer
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Learner"].full_name
@@ -49,18 +55,45 @@ async def create_server(
 async def serve(config: LearnerConfig) -> None:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="fast learner: %(levelname)s %(message)s")
+    # One rank alone unless the settings or torchrun's environment make a group (learner/group.py).
+    group = group_settings(config)
+    config = config.model_copy(update={"device": rank_device(config, group)})
+    ranks = None
+    if group.world_size > 1:
+        ranks = await asyncio.to_thread(
+            join_group, group, pick_device(config.device), config.rank_timeout_s, _announce_rendezvous
+        )
+    try:
+        await _serve_rank(config, ranks)
+    finally:
+        leave_group()
+
+
+def _announce_rendezvous(address: str, settings: GroupSettings) -> None:
+    # With --master-port 0 this is where the other ranks learn the port rank 0 bound.
+    print(
+        f"fast learner rank {settings.rank} of {settings.world_size}: rendezvous at {address}, waiting for the "
+        "other ranks",
+        flush=True,
+    )
+
+
+async def _serve_rank(config: LearnerConfig, ranks: Ranks | None) -> None:
     # Resuming (reading the newest checkpoint) happens before binding: a learner that
     # listens already knows its version.
-    core = LearnerCore(config)
+    core = LearnerCore(config, ranks)
+    # A failed group (learner/core.py: group_failure) stops this rank the way SIGTERM does, then exits 1.
+    core.on_group_failure = lambda: os.kill(os.getpid(), signal.SIGTERM)
     address = f"{config.host}:{config.port}"
     server, port, health_servicer = await create_server(
         core, address, max_message_bytes=config.max_message_bytes, tls=config.tls
     )
+    rank = "" if ranks is None else f" rank={ranks.rank}/{ranks.world_size}"
     # Tests and `fast train` read the bound address from this line.
     print(
         f"fast learner listening on {display_address(config.host, port)} device={core.device_name} "
         f"version={core.policy_version} initialized={str(core.initialized).lower()} "
-        f"checkpoint_dir={config.checkpoint_dir}",
+        f"checkpoint_dir={config.checkpoint_dir}{rank}",
         flush=True,
     )
 
@@ -68,8 +101,12 @@ async def serve(config: LearnerConfig) -> None:
     final = await core.close()
     if final is not None:
         message = f"final checkpoint {final} version={core.policy_version}"
+    elif ranks is not None and ranks.rank != 0:
+        message = f"rank {ranks.rank} stopped at version {core.policy_version}; rank 0 writes the checkpoints"
     elif core.initialized:
         message = f"stopped at version {core.policy_version}, which the latest checkpoint already holds"
     else:
         message = "stopped before Initialize; nothing to checkpoint"
     print(f"fast learner {message}", file=sys.stderr, flush=True)
+    if core.group_failure is not None:
+        raise SystemExit(f"fast learner: {core.group_failure}")

@@ -26,6 +26,7 @@ _STATUS = {
     ErrorKind.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorKind.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorKind.UNIMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
+    ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
 }
 _FORMAT_NAMES = {value: name for name, value in EXPORT_FORMATS.items()}
 

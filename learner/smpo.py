@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import torch
 
-from learner.policy import ActorCritic
+from learner.policy import ActorCritic, AllSum
 
 
 class SMPOLoss(NamedTuple):
@@ -34,39 +34,55 @@ class SMPOLoss(NamedTuple):
     explained_variance: torch.Tensor  # of the returns by the *new* values, NaN if returns are constant
 
 
-def masked_mean(x: torch.Tensor, valid_mask: torch.Tensor) -> torch.Tensor:
+def masked_mean(x: torch.Tensor, valid_mask: torch.Tensor, all_sum: AllSum | None = None) -> torch.Tensor:
     """(L1) (1 / sum m) * sum m * x, with x selected (not multiplied) so padded NaN can't leak.
 
-    With no valid entry the mean is 0 (empty sum over a count clamped to 1).
+    With no valid entry the mean is 0 (empty sum over a count clamped to 1). With `all_sum`, the
+    sum and the count are summed over the ranks first: the mean of every rank's valid entries, the
+    same on every rank (a statistic: no gradient flows through the reduction).
     """
-    num_valid = valid_mask.sum().clamp(min=1)
-    return torch.where(valid_mask, x, 0.0).sum() / num_valid
+    total, num_valid = torch.where(valid_mask, x, 0.0).sum(), valid_mask.sum()
+    if all_sum is not None:
+        total, num_valid = all_sum(total), all_sum(num_valid)
+    return total / num_valid.clamp(min=1)
 
 
-def masked_var(x: torch.Tensor, valid_mask: torch.Tensor, unbiased: bool) -> torch.Tensor:
-    """Variance of the valid entries (Bessel-corrected if `unbiased`, count clamped to >= 1)."""
+def masked_var(
+    x: torch.Tensor, valid_mask: torch.Tensor, unbiased: bool, all_sum: AllSum | None = None
+) -> torch.Tensor:
+    """Variance of the valid entries (Bessel-corrected if `unbiased`, count clamped to >= 1); over
+    every rank's valid entries with `all_sum` (two passes, as here: the mean first, then the squares)."""
     num_valid = valid_mask.sum()
-    deviation = torch.where(valid_mask, x - masked_mean(x, valid_mask), 0.0)
+    deviation = torch.where(valid_mask, x - masked_mean(x, valid_mask, all_sum), 0.0)
+    squares = deviation.square().sum()
+    if all_sum is not None:
+        num_valid, squares = all_sum(num_valid), all_sum(squares)
     divisor = (num_valid - 1 if unbiased else num_valid).clamp(min=1)
-    return deviation.square().sum() / divisor
+    return squares / divisor
 
 
-def normalize_advantages(advantages: torch.Tensor, valid_mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+def normalize_advantages(
+    advantages: torch.Tensor, valid_mask: torch.Tensor, eps: float = 1e-8, all_sum: AllSum | None = None
+) -> torch.Tensor:
     """(L5) (A - mean) / (std + eps) over the valid entries only, 0 at padding.
 
     Matches CleanRL's `(A - A.mean()) / (A.std() + 1e-8)` (unbiased std) on the compacted
-    valid entries; a single valid entry has std 0 here (CleanRL would give NaN).
+    valid entries; a single valid entry has std 0 here (CleanRL would give NaN). With `all_sum`,
+    mean and std are those of every rank's valid entries (docs/smpo.md, "Data-parallel ranks").
     """
-    mean = masked_mean(advantages, valid_mask)
-    std = masked_var(advantages, valid_mask, unbiased=True).sqrt()
+    mean = masked_mean(advantages, valid_mask, all_sum)
+    std = masked_var(advantages, valid_mask, unbiased=True, all_sum=all_sum).sqrt()
     return torch.where(valid_mask, (advantages - mean) / (std + eps), 0.0)
 
 
-def explained_variance(predicted: torch.Tensor, target: torch.Tensor, valid_mask: torch.Tensor) -> torch.Tensor:
-    """1 - Var[target - predicted] / Var[target] over valid entries (CleanRL), NaN if Var[target] = 0."""
+def explained_variance(
+    predicted: torch.Tensor, target: torch.Tensor, valid_mask: torch.Tensor, all_sum: AllSum | None = None
+) -> torch.Tensor:
+    """1 - Var[target - predicted] / Var[target] over valid entries (CleanRL), NaN if Var[target] = 0;
+    over every rank's valid entries with `all_sum`."""
     with torch.no_grad():
-        var_target = masked_var(target, valid_mask, unbiased=False)
-        var_residual = masked_var(target - predicted, valid_mask, unbiased=False)
+        var_target = masked_var(target, valid_mask, unbiased=False, all_sum=all_sum)
+        var_residual = masked_var(target - predicted, valid_mask, unbiased=False, all_sum=all_sum)
         return torch.where(var_target > 0, 1 - var_residual / var_target, torch.nan)
 
 
@@ -85,12 +101,18 @@ def smpo_loss_terms(
     ent_coef: float,
     norm_adv: bool = True,
     clip_vloss: bool = False,
+    all_sum: AllSum | None = None,
 ) -> SMPOLoss:
     """The SMPO loss from per-transition tensors of one shape (`[T, N]`, or `[B]` for a minibatch).
 
     The first three are the current network's outputs; the rest come from the rollout and GAE.
     Padded entries of every input may be garbage. If the network outputs were computed from
     garbage observations, their gradient is still poisoned: use `smpo_loss` instead.
+
+    With `all_sum` these tensors are one rank's share of a batch spread over data-parallel ranks
+    (learner/distributed.py): every mean is divided by the valid count of *all* ranks and the
+    advantages are normalised with the mean and std of all ranks, so the ranks' losses (and their
+    gradients) sum to the loss one learner would compute on the union of their entries.
     """
     # Sanitise first: from here on every entry is finite, and padded entries are constants 0.
     new_logprobs, entropy, new_values, old_logprobs, old_values, advantages, returns = (
@@ -98,31 +120,38 @@ def smpo_loss_terms(
         for x in (new_logprobs, entropy, new_values, old_logprobs, old_values, advantages, returns)
     )
     if norm_adv:
-        advantages = normalize_advantages(advantages, valid_mask)
+        advantages = normalize_advantages(advantages, valid_mask, all_sum=all_sum)
+
+    # (L1) n = sum m over every rank; alone, batch_mean is masked_mean. With ranks, each one's term is its
+    # own sum over the global n: its share of the global mean, still differentiable.
+    num_valid = (valid_mask.sum() if all_sum is None else all_sum(valid_mask.sum())).clamp(min=1)
+
+    def batch_mean(x: torch.Tensor) -> torch.Tensor:
+        return torch.where(valid_mask, x, 0.0).sum() / num_valid
 
     # (L2) L_clip = -(1/sum m) sum m min(r A, clip(r, 1-eps, 1+eps) A), r = pi_new / pi_old
     log_ratio = new_logprobs - old_logprobs
     ratio = log_ratio.exp()
     surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)
-    policy_loss = -masked_mean(surrogate, valid_mask)
+    policy_loss = -batch_mean(surrogate)
 
     # (L3) L_v = 0.5 * masked mean (V - R)^2, or CleanRL's clipped max when clip_vloss.
     value_error = (new_values - returns).square()
     if clip_vloss:
         clipped_values = old_values + (new_values - old_values).clamp(-clip_eps, clip_eps)
         value_error = torch.max(value_error, (clipped_values - returns).square())
-    value_loss = 0.5 * masked_mean(value_error, valid_mask)
+    value_loss = 0.5 * batch_mean(value_error)
 
     # (L4) H = masked mean of the policy entropy.
-    mean_entropy = masked_mean(entropy, valid_mask)
+    mean_entropy = batch_mean(entropy)
 
     # (L6)
     total = policy_loss + vf_coef * value_loss - ent_coef * mean_entropy
 
     with torch.no_grad():
-        approx_kl = masked_mean((ratio - 1) - log_ratio, valid_mask)
-        clip_fraction = masked_mean(((ratio - 1).abs() > clip_eps).to(ratio.dtype), valid_mask)
-        new_values_ev = explained_variance(new_values, returns, valid_mask)
+        approx_kl = batch_mean((ratio - 1) - log_ratio)
+        clip_fraction = batch_mean(((ratio - 1).abs() > clip_eps).to(ratio.dtype))
+        new_values_ev = explained_variance(new_values, returns, valid_mask, all_sum)
     return SMPOLoss(
         total=total,
         policy_loss=policy_loss.detach(),
@@ -143,6 +172,7 @@ def smpo_loss(
     advantages: torch.Tensor,
     returns: torch.Tensor,
     valid_mask: torch.Tensor | None = None,
+    all_sum: AllSum | None = None,
     **settings: float | bool,
 ) -> SMPOLoss:
     """Evaluate `policy` on (obs, actions) and return the SMPO loss.
@@ -150,7 +180,7 @@ def smpo_loss(
     `obs` is `[*batch, *obs_shape]`, `actions` `[*batch, *act_shape]`, the rest `[*batch]`;
     `valid_mask=None` means every entry is valid (a compacted minibatch: plain PPO).
     `settings` are smpo_loss_terms' keywords, passed on as given: clip_eps, vf_coef and ent_coef
-    (required), norm_adv and clip_vloss.
+    (required), norm_adv and clip_vloss; `all_sum` as there (this rank's share of a batch over ranks).
     """
     if valid_mask is None:
         valid_mask = torch.ones(old_logprobs.shape, dtype=torch.bool, device=old_logprobs.device)
@@ -161,7 +191,16 @@ def smpo_loss(
     )
     _, new_logprobs, entropy, new_values = policy.get_action_and_value(safe_obs, safe_actions)
     return smpo_loss_terms(
-        new_logprobs, entropy, new_values, old_logprobs, old_values, advantages, returns, valid_mask, **settings
+        new_logprobs,
+        entropy,
+        new_values,
+        old_logprobs,
+        old_values,
+        advantages,
+        returns,
+        valid_mask,
+        all_sum=all_sum,
+        **settings,
     )
 
 

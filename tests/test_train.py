@@ -126,6 +126,37 @@ def test_train_writes_the_run_directory_and_stops_every_process(tmp_path: Path, 
 
 
 @pytest.mark.slow
+def test_train_with_two_ranks_runs_a_broker_per_learner_rank_and_updates_them_together(tmp_path: Path) -> None:
+    code, output = finish(fast_train(tmp_path, "ranks", "--ranks", "2", "--iterations", "2", *TINY), RUN_TIMEOUT_S)
+    assert code == 0, output[-3000:]
+    run_dir = tmp_path / "ranks"
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    names = ["broker", "broker-1", "gateway", "learner", "learner-1", "sim-server-0", "sim-server-1"]
+    assert sorted(config["processes"]) == names
+    commands = {name: entry["command"] for name, entry in config["processes"].items()}
+    assert "--world-size 2 --rank 0" in commands["learner"] and "--world-size 2 --rank 1" in commands["learner-1"]
+    sims = {name: config["processes"][name]["address"] for name in ("sim-server-0", "sim-server-1")}
+    assert f"--simulators {sims['sim-server-0']} " in commands["broker"]  # servers dealt round-robin
+    assert f"--simulators {sims['sim-server-1']} " in commands["broker-1"]
+    assert f"--learner {config['processes']['learner-1']['address']} " in commands["broker-1"]
+
+    ranks = [
+        [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+        for d in (run_dir, run_dir / "rank-1")
+    ]
+    for lines in ranks:
+        assert [(m["iteration"], m["policy_version"]) for m in lines] == [(1, 0), (2, 1)]
+    # One update over both brokers' batches: both ranks report the same statistics of the union.
+    assert [m["learner"]["num_valid"] for m in ranks[0]] == [m["learner"]["num_valid"] for m in ranks[1]]
+    assert all(m["learner"]["num_valid"] >= 2 * 128 for m in ranks[0])
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("ckpt-*.pt"))[-1] == "ckpt-000000002.pt"
+    assert json.loads((run_dir / "eval.json").read_text())["policy_version"] == 2
+    outcome = json.loads((run_dir / "outcome.json").read_text())
+    assert outcome["outcome"] == "done" and outcome["exit_codes"] == dict.fromkeys(recorded_pids(run_dir), 0)
+    assert_all_gone(recorded_pids(run_dir))
+
+
+@pytest.mark.slow
 def test_train_sigint_mid_run_stops_every_process(tmp_path: Path) -> None:
     process = fast_train(tmp_path, "interrupted", "--iterations", "1000", *TINY)
     metrics = tmp_path / "interrupted" / "metrics.jsonl"
@@ -435,3 +466,11 @@ def test_report_command_regenerates_and_names_missing_files(tmp_path: Path) -> N
         (tmp_path / "empty").mkdir()
         (tmp_path / "empty" / "metrics.jsonl").write_text("")
         write_report(tmp_path / "empty")
+
+
+def test_train_refuses_more_ranks_than_simulator_servers() -> None:
+    with pytest.raises(ValueError) as refused:
+        TrainConfig(name="r", ranks=3, servers=2)
+    assert "ranks is 3 but the run has 2 simulator server(s): each rank's broker needs one at least" in str(
+        refused.value
+    )

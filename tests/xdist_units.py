@@ -24,6 +24,7 @@ SPREAD = frozenset(
         "test_broker_faults.py",
         "test_broker_service.py",
         "test_carry.py",
+        "test_learner_ranks.py",
         "test_loop_floor.py",
         "test_pipelined_rounds.py",
         "test_reproducible.py",

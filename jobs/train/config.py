@@ -90,6 +90,15 @@ class TrainConfig(Settings):
         LearnerConfig, "keep_checkpoints", description="Newest checkpoints kept (`fast bench train` keeps all)."
     )
 
+    # Data-parallel ranks on this machine (docs/learner.md, "Ranks"): R learner ranks, each fed by a broker
+    # of its own that drives its share of the simulator servers (dealt round-robin).
+    ranks: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Learner ranks, each with a broker of its own driving its share of the servers (dealt "
+        "round-robin); every broker samples samples_per_iteration, and an iteration's update is over all of them.",
+    )
     # The REST gateway (docs/gateway.md) on loopback: dashboard, status and control of the run.
     gateway: bool = Field(True, description="Start the REST gateway and dashboard on loopback (docs/gateway.md).")
     gateway_port: int = Field(
@@ -142,6 +151,16 @@ class TrainConfig(Settings):
         return self
 
     @model_validator(mode="after")
+    def _a_server_per_rank(self) -> "TrainConfig":
+        servers = len(self.simulators) if self.simulators else self.servers
+        if servers < self.ranks:
+            raise ValueError(
+                f"ranks is {self.ranks} but the run has {servers} simulator server(s): each rank's broker needs one "
+                f"at least; start --servers {self.ranks} or more, or train with fewer --ranks"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _default_name(self) -> "TrainConfig":
         if not self.name:
             self.name = f"{self.mode}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -157,24 +176,34 @@ class TrainConfig(Settings):
     def sim_server_config(self) -> SimServerConfig:
         return SimServerConfig(env=self.env, slots=self.slots, host="127.0.0.1", port=0, cost_preset=self.cost_preset)
 
-    def learner_config(self, run_dir: Path) -> LearnerConfig:
+    def learner_config(self, run_dir: Path, rank: int = 0, master_port: int = 0) -> LearnerConfig:
+        """Rank `rank`'s learner; with ranks > 1 in a group on loopback whose rendezvous is rank 0's
+        `master_port` (0 on rank 0: a free one, which it prints), every rank on one checkpoint_dir."""
+        group = {}
+        if self.ranks > 1:
+            group = {"world_size": self.ranks, "rank": rank, "master_addr": "127.0.0.1", "master_port": master_port}
         return LearnerConfig(
             host="127.0.0.1",
             port=0,
             checkpoint_dir=run_dir / "checkpoints",
             seed=self.seed,
             anneal_lr_updates=self.iterations if self.anneal_lr else 0,
+            **group,
             **{name: getattr(self, name) for name in _LEARNER_SETTINGS},
         )
 
-    def broker_config(self, simulators: list[str], learner: str, run_dir: Path, holdout_every: int) -> BrokerConfig:
+    def broker_config(
+        self, simulators: list[str], learner: str, run_dir: Path, holdout_every: int, rank: int = 0
+    ) -> BrokerConfig:
+        """Rank `rank`'s broker: its seed is the run's plus the rank, so that the brokers deal and sample
+        apart (rank 0's is the run's seed, as with one rank)."""
         return BrokerConfig(
             simulators=simulators,
             learner=learner,
             host="127.0.0.1",
             port=0,
             iterations=self.iterations,
-            seed=self.seed,
+            seed=self.seed + rank,
             run_dir=str(run_dir),
             holdout_every=holdout_every,
             **{name: getattr(self, name) for name in _BROKER_SETTINGS},

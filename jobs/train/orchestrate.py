@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import time
 from datetime import datetime, timezone
@@ -39,6 +40,7 @@ from jobs.train.report import ReportError, write_report
 POLL_S = 0.5  # status polling period (~2 Hz)
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _BROKER_TAIL_LINES = 20
+_RENDEZVOUS = re.compile(r"rendezvous at \S+:(\d+),")  # learner rank 0's line (learner/server.py)
 
 
 def _launch(name: str, args: list[str], env: dict[str, str] | None = None) -> processes.Launch:
@@ -104,6 +106,9 @@ class TrainingRun:
         self.sims: list[processes.Launch] = []
         self.learner: processes.Launch | None = None
         self.broker: processes.Launch | None = None
+        # With ranks > 1: learner ranks 1.. and their brokers ("learner-1", "broker-1", ...); rank 0's are above.
+        self.other_learners: list[processes.Launch] = []
+        self.other_brokers: list[processes.Launch] = []
         self.gateway: processes.Launch | None = None
         self.initial_policy = None  # version 0's weights, for the evaluation
         self.addresses: dict[str, str] = {}
@@ -130,10 +135,21 @@ class TrainingRun:
             self.sims.append(_launch(f"sim-server-{i}", ["sim-server", *sim_server.to_argv()], env=self.token.env))
         learner = cfg.learner_config(self.run_dir)
         self.learner = _launch("learner", ["learner", *learner.to_argv()], env=self.token.env)
+        if cfg.ranks > 1:
+            # Rank 0 binds the group's rendezvous on loopback at a free port and prints it; the others join there.
+            port = int(processes.wait_for_line(self.learner, _RENDEZVOUS, deadline, stopping).group(1))
+            self.other_learners = [
+                _launch(
+                    f"learner-{rank}",
+                    ["learner", *cfg.learner_config(self.run_dir, rank=rank, master_port=port).to_argv()],
+                    env=self.token.env,
+                )
+                for rank in range(1, cfg.ranks)
+            ]
         self.write_config()
         # Importing torch and tensorboard takes seconds; done while the children start up.
         self._tb = TensorBoardSink(self.run_dir / "tb")
-        for child in [*self.sims, self.learner]:
+        for child in [*self.sims, self.learner, *self.other_learners]:
             self.addresses[child.name] = processes.wait_listening(child, deadline, stopping).address
         if self.external is not None:
             from jobs.train.evaluation import holdout_note
@@ -147,15 +163,20 @@ class TrainingRun:
             self.initial_policy = asyncio.run(
                 capture_initial_policy(self.simulator_addresses()[0], self.addresses["learner"], self.token.credentials)
             )
-        broker = cfg.broker_config(
-            # External ones as given: the broker resolves dns:/// itself, again when it re-admits a server.
-            list(cfg.simulators) if self.external is not None else self.simulator_addresses(),
-            self.addresses["learner"],
-            self.run_dir,
-            HOLDOUT_EVERY,
-        )
+        # External ones as given: the broker resolves dns:/// itself, again when it re-admits a server.
+        simulators = list(cfg.simulators) if self.external is not None else self.simulator_addresses()
+        # Rank r's broker drives servers r, r + R, r + 2R, ... and feeds learner rank r; rank 0's writes the
+        # run's metrics.jsonl, the others rank-<r>/metrics.jsonl.
+        shards = [simulators[rank :: cfg.ranks] for rank in range(cfg.ranks)]
+        broker = cfg.broker_config(shards[0], self.addresses["learner"], self.run_dir, HOLDOUT_EVERY)
         self.broker = _launch("broker", ["broker", *broker.to_argv()], env=self.token.env)
-        self.addresses["broker"] = processes.wait_listening(self.broker, deadline, stopping).address
+        for rank in range(1, cfg.ranks):
+            config = cfg.broker_config(
+                shards[rank], self.addresses[f"learner-{rank}"], self.run_dir / f"rank-{rank}", HOLDOUT_EVERY, rank
+            )
+            self.other_brokers.append(_launch(f"broker-{rank}", ["broker", *config.to_argv()], env=self.token.env))
+        for child in [self.broker, *self.other_brokers]:
+            self.addresses[child.name] = processes.wait_listening(child, deadline, stopping).address
         self.write_config()  # the broker samples already: its pid is on record before the gateway's start
         if cfg.gateway:
             self.start_gateway(deadline, stopping)
@@ -190,8 +211,9 @@ class TrainingRun:
         )
 
     def children(self) -> list[processes.Launch]:
-        """Every child, in stopping order: gateway, broker, learner, simulators."""
-        return [c for c in [self.gateway, self.broker, self.learner, *self.sims] if c is not None]
+        """Every child, in stopping order: gateway, brokers, learners, simulators."""
+        brokers, learners = [self.broker, *self.other_brokers], [self.learner, *self.other_learners]
+        return [c for c in [self.gateway, *brokers, *learners, *self.sims] if c is not None]
 
     def write_config(self) -> None:
         """config.yaml: the resolved settings, and each process's pid, address and exact command."""
@@ -227,11 +249,12 @@ class TrainingRun:
                     view.update(max(self.iterations_done, reply.iteration if reply else 0), last)
                     if self.signals.received:
                         return "interrupted"
-                    code = self.broker.process.poll()
-                    if code is not None:
+                    codes = [broker.process.poll() for broker in [self.broker, *self.other_brokers]]
+                    failed = [c for c in codes if c not in (None, 0)]
+                    if failed or all(c == 0 for c in codes):  # with ranks, one failed broker fails the run
                         last = self._drain_metrics() or last
                         view.update(self.iterations_done, last)
-                        return "done" if code == 0 else "failed"
+                        return "failed" if failed else "done"
                     for sim in self.sims:
                         if sim.process.poll() is not None and sim.name not in reported_dead:
                             reported_dead.add(sim.name)
@@ -239,11 +262,12 @@ class TrainingRun:
                                 f"{sim.name} exited with code {sim.process.returncode}; the broker carries on "
                                 "with the other servers"
                             )
-                    if self.learner.process.poll() is not None:
-                        self.failure = f"the learner exited with code {self.learner.process.returncode}: " + " | ".join(
-                            self.learner.lines[-10:]
-                        )
-                        return "failed"
+                    for learner in [self.learner, *self.other_learners]:
+                        if learner.process.poll() is not None:
+                            self.failure = f"the {learner.name} exited with code {learner.process.returncode}: " + (
+                                " | ".join(learner.lines[-10:])
+                            )
+                            return "failed"
                     time.sleep(POLL_S)
         finally:
             status.close()
@@ -259,12 +283,17 @@ class TrainingRun:
 
     # -- stop ----------------------------------------------------------------------------
     def stop_broker(self, keep_iteration: bool) -> None:
-        """SIGTERM the broker: it finishes its iteration (bounded) when keep_iteration, else it gets
-        little time, since after a failure its iteration cannot be submitted anyway."""
-        if self.broker is not None and self.broker.process.poll() is None:
+        """SIGTERM the brokers: each finishes its iteration (bounded) when keep_iteration, else it gets
+        little time, since after a failure its iteration cannot be submitted anyway. With ranks, all are
+        signalled first: a rank's last update waits for every broker's batch."""
+        brokers = [b for b in [self.broker, *self.other_brokers] if b is not None and b.process.poll() is None]
+        if brokers:
             timeout_s = self.cfg.stop_timeout_s if keep_iteration else min(5.0, self.cfg.stop_timeout_s)
             self.console.print(f"stopping the broker (at most {timeout_s:g} s)", highlight=False)
-            processes.stop(self.broker, timeout_s)
+            for broker in brokers:
+                broker.process.send_signal(signal.SIGTERM)
+            for broker in brokers:
+                processes.stop(broker, timeout_s)
         self._drain_metrics()
 
     def stop_all(self) -> None:
@@ -339,7 +368,9 @@ def train(cfg: TrainConfig, console: Console | None = None) -> int:
         )
         console.print(
             f"fast train: {simulators}, mode {cfg.mode}, "
-            f"{cfg.iterations} iterations of {cfg.samples_per_iteration} samples -> {run.run_dir}",
+            f"{cfg.iterations} iterations of {cfg.samples_per_iteration} samples"
+            + (f" on each of {cfg.ranks} broker/learner ranks" if cfg.ranks > 1 else "")
+            + f" -> {run.run_dir}",
             highlight=False,
         )
         run.start()

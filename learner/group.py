@@ -1,0 +1,183 @@
+"""How `fast learner` joins its group of data-parallel ranks (torch.distributed) as it starts.
+
+The group is given by four settings (learner/config.py), each unset one taken from torchrun's
+environment, else one rank alone:
+
+| setting | torchrun's variable | alone |
+| --- | --- | --- |
+| `world_size` | `WORLD_SIZE` | 1 |
+| `rank` | `RANK` | 0 |
+| `master_addr` | `MASTER_ADDR` | 127.0.0.1 |
+| `master_port` | `MASTER_PORT` | 29500 |
+
+and `LOCAL_RANK` (torchrun's) picks `cuda:<LOCAL_RANK>` when the device is left unset or `cuda`.
+World size 1 joins nothing: the learner is the single learner, exactly as without ranks.
+
+The rendezvous is torch's TCPStore. Rank 0 serves it on a socket of its own bound to
+`master_addr:master_port` only (TCPStore alone would listen on every interface): 127.0.0.1, the
+default, keeps a one-machine group on loopback, and so do gloo's rank-to-rank connections, which
+are pinned to the loopback interface then (`GLOO_SOCKET_IFNAME`, unless set). Under torchrun
+(`TORCHELASTIC_USE_AGENT_STORE=True`) the agent serves the store and rank 0 connects to it like the
+others. Every rank joins over gloo; when every rank's learner is on CUDA, the updates' reductions
+go over an NCCL group of the same ranks (learner.distributed.Ranks), otherwise over gloo.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from fast.quoting import quote
+from learner.config import LearnerConfig
+from learner.distributed import Ranks
+
+DEFAULT_MASTER_ADDR = "127.0.0.1"
+DEFAULT_MASTER_PORT = 29500
+
+
+@dataclass(frozen=True)
+class GroupSettings:
+    """Where this learner stands in its group of ranks."""
+
+    world_size: int
+    rank: int
+    master_addr: str
+    master_port: int
+    local_rank: int | None  # torchrun's LOCAL_RANK: this rank's device index on its machine
+    agent_store: bool = False  # torchrun's agent serves the store already: rank 0 connects like the others
+
+
+def group_settings(config: LearnerConfig, environ: Mapping[str, str] = os.environ) -> GroupSettings:
+    """The config's settings, each unset one from torchrun's variables, else one rank alone; ValueError
+    naming the setting, the variable and the value when they do not make a group."""
+
+    def setting(value: object, variable: str, default: object, convert: type) -> object:
+        if value is not None:
+            return value
+        raw = environ.get(variable, "")
+        if raw == "":
+            return default
+        try:
+            return convert(raw)
+        except ValueError:
+            raise ValueError(f"${variable} is {quote(raw)}: expected an integer") from None
+
+    settings = GroupSettings(
+        world_size=setting(config.world_size, "WORLD_SIZE", 1, int),
+        rank=setting(config.rank, "RANK", 0, int),
+        master_addr=setting(config.master_addr, "MASTER_ADDR", DEFAULT_MASTER_ADDR, str),
+        master_port=setting(config.master_port, "MASTER_PORT", DEFAULT_MASTER_PORT, int),
+        local_rank=setting(None, "LOCAL_RANK", None, int),
+        agent_store=environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
+    )
+    if settings.world_size < 1:
+        raise ValueError(f"world_size (or $WORLD_SIZE) is {settings.world_size}: a group needs at least 1 rank")
+    if not 0 <= settings.rank < settings.world_size:
+        raise ValueError(
+            f"rank (or $RANK) is {settings.rank} for world_size {settings.world_size}: "
+            f"ranks are 0 to {settings.world_size - 1}"
+        )
+    if not 0 <= settings.master_port < 65536 or (settings.master_port == 0 and settings.rank != 0):
+        raise ValueError(
+            f"master_port (or $MASTER_PORT) is {settings.master_port} on rank {settings.rank}: expected 1 to 65535 "
+            "(0, a free port, on rank 0 only: the others need the one it printed)"
+        )
+    return settings
+
+
+def rank_device(config: LearnerConfig, settings: GroupSettings) -> str | None:
+    """The device setting this rank uses: `cuda:<LOCAL_RANK>` for an unset or plain `cuda` device
+    when torchrun gave a LOCAL_RANK and CUDA is present, else the config's."""
+    if settings.local_rank is None or config.device not in (None, "cuda") or not torch.cuda.is_available():
+        return config.device
+    return f"cuda:{settings.local_rank}"
+
+
+def rendezvous_store(host: str, port: int, *, is_master: bool, timeout_s: float) -> dist.TCPStore:
+    """torch's TCPStore at host:port. The master serves it on a socket bound to `host` alone (port
+    0 picks a free one: the store's `.port`); the others connect to it."""
+    timeout = timedelta(seconds=timeout_s)
+    if not is_master:
+        return dist.TCPStore(host, port, is_master=False, timeout=timeout)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(128)
+        # The store takes the socket over (and closes it with itself).
+        return dist.TCPStore(
+            host,
+            listener.getsockname()[1],
+            is_master=True,
+            timeout=timeout,
+            master_listen_fd=listener.detach(),
+            use_libuv=False,
+        )
+    except BaseException:
+        listener.close()
+        raise
+
+
+def join_group(
+    settings: GroupSettings,
+    device: torch.device,
+    timeout_s: float,
+    announce: Callable[[str, GroupSettings], None] | None = None,
+) -> Ranks | None:
+    """Join the group (blocks until every rank has joined, `timeout_s` at most); None for one rank
+    alone. `announce(HOST:PORT, settings)` is called once the rendezvous address is known (on rank 0,
+    once its store listens: the port it bound when master_port is 0)."""
+    if settings.world_size == 1:
+        return None
+    if _is_loopback(settings.master_addr) and "GLOO_SOCKET_IFNAME" not in os.environ:
+        interface = _loopback_interface()
+        if interface is not None:
+            os.environ["GLOO_SOCKET_IFNAME"] = interface
+    store = rendezvous_store(
+        settings.master_addr,
+        settings.master_port,
+        is_master=settings.rank == 0 and not settings.agent_store,
+        timeout_s=timeout_s,
+    )
+    if announce is not None:
+        host = f"[{settings.master_addr}]" if ":" in settings.master_addr else settings.master_addr
+        announce(f"{host}:{store.port}", settings)
+    dist.init_process_group(
+        "gloo",
+        store=store,
+        rank=settings.rank,
+        world_size=settings.world_size,
+        timeout=timedelta(seconds=timeout_s),
+    )
+    on_cuda = torch.tensor([int(device.type == "cuda")])
+    dist.all_reduce(on_cuda, op=dist.ReduceOp.MIN)
+    if bool(on_cuda):
+        torch.cuda.set_device(device)
+        return Ranks(dist.new_group(backend="nccl", timeout=timedelta(seconds=timeout_s)))
+    return Ranks()
+
+
+def leave_group() -> None:
+    """Tear down the process group, if one was joined."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _loopback_interface() -> str | None:
+    names = [name for _, name in socket.if_nameindex()]
+    return next((name for name in names if name.startswith("lo")), None)
