@@ -1,0 +1,38 @@
+"""The advisor's model: which sampling mode, with which settings, is fastest on a simulator.
+
+    lengths.py  EpisodeLengths: the episode-length distribution from a sample, cut episodes
+                included (Kaplan-Meier)
+    events.py   the discrete-event kernel: simulated time, processes, FIFO locks, step turns
+    model.py    the simulator's measured costs (SimulatorCosts), the broker's own rules for each
+                mode in simulated time, and `predict` / `rank`
+
+Maths only: no sockets, no asyncio, no wall clock. It lives in the broker because it models the
+broker's rules with the broker's own rule objects (broker/samplers/) and dealer, and because the
+broker is where a run will choose alpha and mode from it (issue 30); docs/advisor.md.
+"""
+
+from broker.advisor.lengths import EpisodeLengths
+from broker.advisor.model import (
+    Catalog,
+    Horizon,
+    ModeSettings,
+    Prediction,
+    SimulatorCosts,
+    Workload,
+    predict,
+    rank,
+    standard_modes,
+)
+
+__all__ = [
+    "Catalog",
+    "EpisodeLengths",
+    "Horizon",
+    "ModeSettings",
+    "Prediction",
+    "SimulatorCosts",
+    "Workload",
+    "predict",
+    "rank",
+    "standard_modes",
+]
