@@ -5,6 +5,8 @@
     events.py   the discrete-event kernel: simulated time, processes, FIFO locks, step turns
     model.py    the simulator's measured costs (SimulatorCosts), the broker's own rules for each
                 mode in simulated time, and `predict` / `rank`
+    probe.py    those costs and the episode lengths measured through a SlotPool (`probe_server`,
+                `probe_lengths`)
 
 Maths only: no sockets, no asyncio, no wall clock. It lives in the broker because it models the
 broker's rules with the broker's own rule objects (broker/samplers/) and dealer, and because the
