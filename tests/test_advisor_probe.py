@@ -39,14 +39,15 @@ def _pool(config: CostModelConfig, lengths=(1000, 1000, 1000, 1000)) -> InProces
 
 
 def _near(got: float, want: float) -> bool:
-    """A precise wait is never short and hands back late on a loaded machine (2 cores shared)."""
-    return 0.9 * want <= got <= 1.6 * want + 0.002
+    """A precise wait is never short and hands back late on a loaded machine (2 cores shared, by
+    other processes too): medians of a few calls land within a few ms above the configured cost."""
+    return 0.9 * want <= got <= 1.6 * want + 0.004
 
 
 @pytest.mark.parametrize("regime", REGIMES)
 def test_the_probe_reads_each_regime_of_the_cost_model(regime) -> None:
     config, findings = REGIMES[regime]
-    probe = asyncio.run(probe_server(_pool(config), 0, repeats=4))
+    probe = asyncio.run(probe_server(_pool(config), 0, repeats=5))
     assert probe.findings == {**findings, "prepare_hides_load": True}, probe.figures
     c = probe.costs
     assert _near(c.step_s, config.step_latency_s), c
