@@ -19,6 +19,7 @@ from broker.advisor import (
     ModeSettings,
     SimulatorCosts,
     Workload,
+    best_alpha,
     predict,
     rank,
     standard_modes,
@@ -191,6 +192,20 @@ def test_the_model_is_deterministic_for_a_seed_and_ranks_best_first() -> None:
     speeds = [p.effective_throughput for p in first]
     assert speeds == sorted(speeds, reverse=True) and first[-1].label == "sc"
     assert _figures(predict(w, modes[3], horizon, seed=2)) != _figures(predict(w, modes[3], horizon, seed=1))
+
+
+@pytest.mark.parametrize("reset_s, want", [(0.0, 0.2), (5.0, 1.0)])
+def test_best_alpha_trades_padding_against_resets(reset_s, want) -> None:
+    """Half the episodes last 10 steps, half 200. Free resets: the earliest round end pads least,
+    so the smallest alpha of the grid wins; a reset dearer than a whole episode's steps: alpha 1,
+    the fewest rounds. The choice is the best of the predictions it returns."""
+    lengths = EpisodeLengths(np.array([10, 200]), np.array([0.5, 0.5]))
+    w = Workload(lengths, SimulatorCosts(step_s=0.001, reset_fixed_s=reset_s), servers=1, slots_per_server=8)
+    grid = (0.2, 0.5, 1.0)
+    alpha, predictions = best_alpha(w, alphas=grid, horizon=Horizon(samples_per_iteration=2048, iterations=2))
+    assert alpha == want
+    assert [p.settings.alpha for p in predictions] == list(grid)
+    assert predictions[grid.index(alpha)].effective_throughput == max(p.effective_throughput for p in predictions)
 
 
 def test_settings_and_workloads_are_checked() -> None:

@@ -4,7 +4,7 @@
                 included (Kaplan-Meier)
     events.py   the discrete-event kernel: simulated time, processes, FIFO locks, step turns
     model.py    the simulator's measured costs (SimulatorCosts), the broker's own rules for each
-                mode in simulated time, and `predict` / `rank`
+                mode in simulated time, and `predict` / `rank` / `best_alpha`
     probe.py    those costs and the episode lengths measured through a SlotPool (`probe_server`,
                 `probe_lengths`)
 
@@ -15,18 +15,21 @@ broker is where a run will choose alpha and mode from it (issue 30); docs/adviso
 
 from broker.advisor.lengths import EpisodeLengths
 from broker.advisor.model import (
+    ALPHA_GRID,
     Catalog,
     Horizon,
     ModeSettings,
     Prediction,
     SimulatorCosts,
     Workload,
+    best_alpha,
     predict,
     rank,
     standard_modes,
 )
 
 __all__ = [
+    "ALPHA_GRID",
     "Catalog",
     "EpisodeLengths",
     "Horizon",
@@ -34,6 +37,7 @@ __all__ = [
     "Prediction",
     "SimulatorCosts",
     "Workload",
+    "best_alpha",
     "predict",
     "rank",
     "standard_modes",

@@ -698,3 +698,37 @@ def rank(
     """Every candidate predicted, best effective throughput first."""
     predictions = [predict(workload, c, horizon, seed=seed) for c in candidates]
     return sorted(predictions, key=lambda p: -p.effective_throughput)
+
+
+# The alphas `best_alpha` tries by default: DPSA's whole range, finer where rounds end early.
+ALPHA_GRID: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+def best_alpha(
+    workload: Workload,
+    *,
+    alphas: tuple[float, ...] = ALPHA_GRID,
+    t_max: int = 1000,
+    truncation: str = "carry",
+    prefetch: bool = False,
+    locality: bool = False,
+    horizon: Horizon | None = None,
+    seed: int = 0,
+) -> tuple[float, list[Prediction]]:
+    """The alpha of `alphas` (the bounds a user set are the grid's ends) whose `fast` the model
+    predicts fastest, and the prediction of each, in the grid's order. Every alpha is played on the
+    same seed, so the lengths each draws are the same and the comparison is paired; a tie goes to
+    the first."""
+    if not alphas:
+        raise ValueError("alphas is empty: give at least one alpha in (0, 1]")
+    predictions = [
+        predict(
+            workload,
+            ModeSettings("fast", alpha=a, t_max=t_max, truncation=truncation, prefetch=prefetch, locality=locality),
+            horizon,
+            seed=seed,
+        )
+        for a in alphas
+    ]
+    best = max(range(len(alphas)), key=lambda i: (predictions[i].effective_throughput, -i))
+    return alphas[best], predictions
