@@ -1,0 +1,44 @@
+"""The advisor's model: which sampling mode, with which settings, is fastest on a simulator.
+
+    lengths.py  EpisodeLengths: the episode-length distribution from a sample, cut episodes
+                included (Kaplan-Meier)
+    events.py   the discrete-event kernel: simulated time, processes, FIFO locks, step turns
+    model.py    the simulator's measured costs (SimulatorCosts), the broker's own rules for each
+                mode in simulated time, and `predict` / `rank` / `best_alpha`
+    probe.py    those costs and the episode lengths measured through a SlotPool (`probe_server`,
+                `probe_lengths`)
+
+Maths only: no sockets, no asyncio, no wall clock. It lives in the broker because it models the
+broker's rules with the broker's own rule objects (broker/samplers/) and dealer, and because the
+broker is where a run will choose alpha and mode from it (issue 30); docs/advisor.md.
+"""
+
+from broker.advisor.lengths import EpisodeLengths
+from broker.advisor.model import (
+    ALPHA_GRID,
+    Catalog,
+    Horizon,
+    ModeSettings,
+    Prediction,
+    SimulatorCosts,
+    Workload,
+    best_alpha,
+    predict,
+    rank,
+    standard_modes,
+)
+
+__all__ = [
+    "ALPHA_GRID",
+    "Catalog",
+    "EpisodeLengths",
+    "Horizon",
+    "ModeSettings",
+    "Prediction",
+    "SimulatorCosts",
+    "Workload",
+    "best_alpha",
+    "predict",
+    "rank",
+    "standard_modes",
+]

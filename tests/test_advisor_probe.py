@@ -1,0 +1,80 @@
+"""The advisor's probe (broker/advisor/probe.py) against the cost model it must read without being
+told: real Simulators in-process, each preset's regime at smaller costs."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from scripted_env import ScriptedLengthEnv
+
+from broker.advisor import EpisodeLengths
+from broker.advisor.probe import probe_lengths, probe_server
+from broker.dealer import ClipDealer
+from broker.in_process import InProcessPool
+from broker.policy_runner import PolicyRunner
+from sim_server.cost_model import CostModel, CostModelConfig
+from sim_server.simulator import Simulator
+
+# calibrated's regime (one engine, one load channel) at a fifth of its costs, and parallel's and vectorized's.
+CALIBRATED = CostModelConfig(
+    step_latency_s=0.003, reset_fixed_s=0.015, reset_fixed_exclusive=True, map_load_s=0.03, map_load_shared=True
+)
+REGIMES = {
+    "calibrated": (CALIBRATED, {"reset_exclusive": True, "loads_shared": True, "reset_blocks_steps": False}),
+    "parallel": (
+        CALIBRATED.model_copy(update={"reset_fixed_exclusive": False, "map_load_shared": False}),
+        {"reset_exclusive": False, "loads_shared": False, "reset_blocks_steps": False},
+    ),
+    "vectorized": (
+        CALIBRATED.model_copy(update={"reset_blocks_steps": True}),
+        {"reset_exclusive": True, "loads_shared": True, "reset_blocks_steps": True},
+    ),
+}
+
+
+def _pool(config: CostModelConfig, lengths=(1000, 1000, 1000, 1000)) -> InProcessPool:
+    return InProcessPool([Simulator(ScriptedLengthEnv(list(lengths)), CostModel(config))])
+
+
+def _near(got: float, want: float) -> bool:
+    """A precise wait is never short and hands back late on a loaded machine (2 cores shared, by
+    other processes too): medians of a few calls land within a few ms above the configured cost."""
+    return 0.9 * want <= got <= 1.6 * want + 0.004
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+def test_the_probe_reads_each_regime_of_the_cost_model(regime) -> None:
+    config, findings = REGIMES[regime]
+    probe = asyncio.run(probe_server(_pool(config), 0, repeats=5))
+    assert probe.findings == {**findings, "prepare_hides_load": True}, probe.figures
+    c = probe.costs
+    assert _near(c.step_s, config.step_latency_s), c
+    assert _near(c.reset_fixed_s, config.reset_fixed_s), c
+    assert _near(c.map_load_s, config.map_load_s), c
+    assert c.step_per_slot_s < 0.001 and c.reset_per_slot_s < 0.002 and c.prefetch_step_penalty == 0.0, c
+    assert 0 <= probe.call_s < 0.003
+
+
+def test_the_probe_measures_what_a_background_load_costs_a_step() -> None:
+    config = CALIBRATED.model_copy(update={"prefetch_step_penalty": 0.5, "map_load_s": 0.06})
+    probe = asyncio.run(probe_server(_pool(config), 0, repeats=3))
+    assert probe.findings["prepare_hides_load"]
+    assert 0.25 <= probe.costs.prefetch_step_penalty <= 0.9, probe.figures.get("step_1_while_loading")
+
+
+def test_probe_lengths_counts_running_episodes_as_cut() -> None:
+    async def go():
+        pool = InProcessPool([Simulator(ScriptedLengthEnv([5, 10, 20, 400]), CostModel(CostModelConfig()))])
+        runner = PolicyRunner(pool.observation_space, pool.action_space, (8,), seed=0)
+        return await probe_lengths(pool, runner, ClipDealer(50, holdout_every=0, seed=0), samples=200)
+
+    # 50 rows of 4 slots: slot 0 ends 10 episodes of 5, slot 1 five of 10, slot 2 two of 20 and runs
+    # its third (10 steps so far), slot 3 runs its first (50 steps so far).
+    lengths = [5] * 10 + [10] * 5 + [20] * 2 + [10, 50]
+    censored = [False] * 17 + [True, True]
+    want = EpisodeLengths.from_sample(lengths, censored)
+    got = asyncio.run(go())
+    np.testing.assert_array_equal(got.values, want.values)
+    np.testing.assert_allclose(got.probabilities, want.probabilities)
