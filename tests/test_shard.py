@@ -3,15 +3,20 @@ one broker, however the answer is ordered, re-read, grown or shrunk; and a broke
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import random
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
+from test_broker_pool import FakeClient, _description
 
+import broker.pool
 from broker.config import BrokerConfig
+from broker.run import BrokerRun, RunFailed
 from fast.addresses import Shard, resolve_shard
 from jobs.processes import start_service
 
@@ -102,6 +107,57 @@ def test_broker_config_shard_from_flag_environment_and_file() -> None:
     assert BrokerConfig(**base, shard="0/1").shard == "all"
     with pytest.raises(ValueError, match=r"shard '2/2'"):
         BrokerConfig(**base, shard="2/2")
+
+
+def _answer(monkeypatch, ips: list[str]) -> None:
+    """The name resolves to `ips` (the list may be changed in place: a later answer)."""
+
+    def getaddrinfo(host, port, type=0):  # noqa: A002 - socket's own keyword
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, port)) for ip in ips]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+
+def test_a_broker_takes_its_shard_at_start_and_only_its_new_replicas_later(monkeypatch) -> None:
+    monkeypatch.setattr(broker.pool, "SimulatorClient", lambda address, **_: FakeClient(_description()))
+    ips = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]
+    _answer(monkeypatch, ips)
+
+    async def go():
+        run = BrokerRun(BrokerConfig(simulators=["dns:///sims:7000"], learner="127.0.0.1:1", shard="1/2"))
+        try:
+            first = await run._first_addresses(time.monotonic() + 5)
+            for address in first:
+                await run.pool.add(address)
+            # The next answer: reordered, one replica gone, one that sorts before all, one after.
+            ips[:] = ["10.0.0.5", "10.0.0.4", "10.0.0.1", "10.0.0.0", "10.0.0.2"]
+            joined = await run._admit_new_servers()
+            return first, joined, [s.address for s in run.pool.servers]
+        finally:
+            await run.pool.close()
+            await run.learner.close()
+
+    first, joined, pool = asyncio.run(go())
+    assert first == ["10.0.0.1:7000", "10.0.0.3:7000"]
+    # 10.0.0.3 went: it stays, to be marked down and retried by this broker; 10.0.0.5 is this shard's.
+    assert joined and pool == ["10.0.0.1:7000", "10.0.0.3:7000", "10.0.0.5:7000"]
+
+
+def test_a_broker_whose_shard_is_empty_fails_naming_it(monkeypatch) -> None:
+    _answer(monkeypatch, ["10.0.0.1"])
+
+    async def go():
+        run = BrokerRun(BrokerConfig(simulators=["dns:///sims:7000"], learner="127.0.0.1:1", shard="0/2"))
+        try:
+            await run._first_addresses(time.monotonic() + 0.5)
+        finally:
+            await run.learner.close()
+
+    with pytest.raises(RunFailed) as failed:
+        asyncio.run(go())
+    assert str(failed.value).startswith(
+        "shard 0/2 keeps none of the replicas of dns:///sims:7000 (10.0.0.1:7000) after 60 s (broker I of N"
+    )
 
 
 @pytest.mark.slow
