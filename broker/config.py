@@ -7,6 +7,7 @@ from pydantic import Field, field_validator, model_validator
 from broker.dealer import HOLDOUT_EVERY
 from broker.samplers import ModeName
 from broker.samplers.fast import Truncation
+from fast.addresses import Shard
 from fast.tls import TlsSettings
 
 ENV_PREFIX = "FAST_BROKER_"
@@ -19,6 +20,14 @@ class BrokerConfig(TlsSettings):
     simulators: list[str] = Field(
         default_factory=list,
         description="Simulator servers: HOST:PORT[,HOST:PORT...], or dns:///NAME:PORT for every IP of a name.",
+    )
+    # One broker of several (a broker per learner rank; docs/scaling.md): its share of each dns:/// name's
+    # replicas, by a rule on each replica's address alone (fast/addresses.py, Shard). HOST:PORT entries
+    # are this broker's own and are never sharded.
+    shard: str = Field(
+        "all",
+        description="This broker's share of each dns:/// name's replicas: I/N keeps those whose IP % N == I "
+        "(broker I of N), or all.",
     )
     learner: str = Field("", description="Learner HOST:PORT.")
     host: str = Field("127.0.0.1", description="Address of the control API.")
@@ -103,6 +112,15 @@ class BrokerConfig(TlsSettings):
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("shard", mode="before")
+    @classmethod
+    def _shard(cls, value):
+        return str(Shard.parse(value)) if isinstance(value, str) else value
+
+    @property
+    def shard_rule(self) -> Shard:
+        return Shard.parse(self.shard)
 
     @model_validator(mode="after")
     def _needs(self) -> "BrokerConfig":

@@ -33,7 +33,7 @@ from broker.pool import PoolTimeouts, ServerHandle, SimulatorPool
 from broker.retry import RetryExpired, retry
 from broker.samplers import Sampler, SamplingError, make_sampler
 from broker.settings import RunSettings, changes, learner_changes
-from fast.addresses import resolve_addresses
+from fast.addresses import resolve_addresses, resolve_shard
 from fast.quoting import quote
 from fast.rpc import Credentials
 from learner.client import LearnerClient
@@ -226,7 +226,7 @@ class BrokerRun:
 
     async def _connect(self) -> None:
         deadline = time.monotonic() + self.config.startup_timeout_s
-        addresses = [a for spec in self.config.simulators for a in resolve_addresses(spec)]
+        addresses = await self._first_addresses(deadline)
         for address in addresses:
             await self._retry_until(deadline, lambda a=address: self.pool.add(a), f"simulator {address}")
         obs_space, act_space = self.pool.observation_space, self.pool.action_space
@@ -243,6 +243,27 @@ class BrokerRun:
             self.pool.num_clips, holdout_every=self.config.holdout_every, seed=self.config.seed, locality=locality
         )
         self._sampler = self._make_sampler()
+
+    async def _first_addresses(self, deadline: float) -> list[str]:
+        """The servers of `simulators` this broker drives: HOST:PORT entries, and its shard of each dns:///
+        name's replicas (fast/addresses.py, Shard). A name that does not resolve yet, or whose replicas
+        give this shard none, is read again until the start-up deadline: its replicas may be starting."""
+        shard, specs = self.config.shard_rule, self.config.simulators
+        while True:
+            try:
+                addresses = [a for spec in specs for a in resolve_shard(spec, shard)]
+                problem = "" if addresses else f"shard {shard} keeps none of the replicas of {_replicas(specs)}"
+                hint = " (broker I of N keeps the replicas whose IP % N == I: start more replicas, or fewer brokers)"
+            except OSError as exc:
+                problem, hint = f"cannot resolve {', '.join(specs)}: {exc}", ""
+            if not problem:
+                break
+            if time.monotonic() + 1.0 > deadline:
+                raise RunFailed(f"{problem} after {self.config.startup_timeout_s:g} s{hint}")
+            await asyncio.sleep(1.0)
+        if shard.count > 1:
+            log.info("shard %s: %d simulator(s): %s", shard, len(addresses), ", ".join(addresses))
+        return addresses
 
     async def _between_iterations(self) -> None:
         """The boundary: detached servers leave, registered ones join, pending settings take effect."""
@@ -305,14 +326,16 @@ class BrokerRun:
     async def _admit_new_servers(self) -> bool:
         """Servers registered at run time, or new IPs behind a DNS name, join between iterations.
 
-        True if any joined. A detached address is not brought back by DNS, only by registering it.
+        True if any joined. A detached address is not brought back by DNS, only by registering it. Of a
+        name's replicas only this broker's shard joins (fast/addresses.py, Shard).
         """
         known = {s.address for s in self.pool.servers}
         candidates, self._pending_addresses = list(self._pending_addresses), []
+        shard = self.config.shard_rule  # a new replica joins the one broker its address names
         for spec in self.config.simulators:
             if spec.startswith("dns:"):
                 try:
-                    candidates += [a for a in resolve_addresses(spec) if a not in self._detached]
+                    candidates += [a for a in resolve_shard(spec, shard) if a not in self._detached]
                 except OSError as exc:
                     log.warning("cannot resolve %s: %s", spec, exc)
         joined = False
@@ -414,3 +437,9 @@ def _json_default(value):
     if isinstance(value, np.generic):
         return value.item()
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _replicas(specs: list[str]) -> str:
+    """What the dns:/// names of `specs` resolve to, for a message."""
+    names = [spec for spec in specs if spec.startswith("dns:")]
+    return "; ".join(f"{spec} ({', '.join(resolve_addresses(spec)) or 'no address'})" for spec in names)

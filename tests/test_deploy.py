@@ -23,13 +23,22 @@ ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_BIN = Path(compose.__file__).parent / "docker-compose"  # the Go binary, not the Python wrapper
 
 
-def _compose_config(path: Path, token: str | None = "a-token-for-validation") -> subprocess.CompletedProcess:
-    """`docker compose config -q`, with FAST_AUTH_TOKEN set to `token` (unset when None)."""
+def _compose_config(
+    *paths: Path, token: str | None = "a-token-for-validation", quiet: bool = True
+) -> subprocess.CompletedProcess:
+    """`docker compose -f PATH... config -q` (without -q: the merged model on stdout), with FAST_AUTH_TOKEN
+    set to `token` (unset when None)."""
     env = {k: v for k, v in os.environ.items() if k != auth.TOKEN_ENV}
     if token is not None:
         env[auth.TOKEN_ENV] = token
+    files = [arg for path in paths for arg in ("-f", str(path))]
     return subprocess.run(
-        [str(COMPOSE_BIN), "-f", str(path), "config", "-q"], capture_output=True, text=True, timeout=60, env=env
+        [str(COMPOSE_BIN), *files, "config", *(["-q"] if quiet else [])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=ROOT,
     )
 
 
@@ -52,7 +61,11 @@ def test_compose_validation_catches_errors(tmp_path: Path) -> None:
     assert _compose_config(broken).returncode != 0
 
 
-@pytest.mark.parametrize("manifest", sorted((ROOT / "deploy" / "k8s").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "manifest",
+    sorted((ROOT / "deploy" / "k8s").glob("**/*.yaml")),
+    ids=lambda p: str(p.relative_to(ROOT / "deploy" / "k8s")),
+)
 def test_kubernetes_manifest_is_valid(manifest: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "kubernetes_validate", "--strict", str(manifest)],
@@ -202,28 +215,31 @@ def test_kubernetes_gives_every_workload_the_token_file_from_the_secret() -> Non
     }
     assert not any(d["kind"] == "Secret" for d in _k8s_documents()), "a token must not be committed"
     for workload in workloads:
-        where = f"deploy/k8s {workload['kind']} {workload['metadata']['name']}"
-        pod = workload["spec"]["template"]["spec"]
-        (container,) = pod["containers"]
-        env = {item["name"]: item.get("value") for item in container["env"]}
-        assert auth.TOKEN_ENV not in env, f"{where}: the token goes in a file, not a variable"
-        token_path = Path(env[auth.TOKEN_FILE_ENV])
-        mounts = {m["name"]: m for m in container["volumeMounts"]}
-        volumes = {v["name"]: v for v in pod["volumes"]}
-        (mount,) = [m for m in mounts.values() if Path(m["mountPath"]) == token_path.parent]
-        assert mount.get("readOnly") is True, where
-        secret = volumes[mount["name"]]["secret"]
-        assert secret["secretName"] == "fast-auth", where
-        assert [item["path"] for item in secret["items"] if item["key"] == "token"] == [token_path.name], where
-        # Readable by the service (non-root, through fsGroup), not by others: fast/auth.py accepts no more.
-        assert secret["defaultMode"] & 0o007 == 0 and pod["securityContext"].get("fsGroup"), where
-        assert pod["securityContext"]["runAsNonRoot"] is True, where
-        # Probes use the gRPC health service, or the gateway's /healthz and /readyz: none needs a token.
-        for probe in ("readinessProbe", "livenessProbe"):
-            if probe in container:
-                assert "grpc" in container[probe] or container[probe]["httpGet"]["path"] in ("/healthz", "/readyz"), (
-                    where
-                )
+        _check_token_file(workload, f"deploy/k8s {workload['kind']} {workload['metadata']['name']}")
+
+
+def _check_token_file(workload: dict, where: str) -> None:
+    """The workload's one container reads the run token from the Secret fast-auth, mounted read-only and
+    private to the service's group, runs as non-root, and probes only what needs no token."""
+    pod = workload["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    assert auth.TOKEN_ENV not in env, f"{where}: the token goes in a file, not a variable"
+    token_path = Path(env[auth.TOKEN_FILE_ENV])
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (mount,) = [m for m in mounts.values() if Path(m["mountPath"]) == token_path.parent]
+    assert mount.get("readOnly") is True, where
+    secret = volumes[mount["name"]]["secret"]
+    assert secret["secretName"] == "fast-auth", where
+    assert [item["path"] for item in secret["items"] if item["key"] == "token"] == [token_path.name], where
+    # Readable by the service (non-root, through fsGroup), not by others: fast/auth.py accepts no more.
+    assert secret["defaultMode"] & 0o007 == 0 and pod["securityContext"].get("fsGroup"), where
+    assert pod["securityContext"]["runAsNonRoot"] is True, where
+    # Probes use the gRPC health service, or the gateway's /healthz and /readyz: none needs a token.
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        if probe in container:
+            assert "grpc" in container[probe] or container[probe]["httpGet"]["path"] in ("/healthz", "/readyz"), where
 
 
 def _ingress_from(component: str) -> list[dict]:
@@ -289,3 +305,163 @@ def test_fast_health_asks_an_http_url_for_the_gateway() -> None:
         free.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{free.getsockname()[1]}/healthz"
     assert runner.invoke(app, ["health", closed, "--timeout-s", "2"]).exit_code == 1
+
+
+# -- R learner ranks and a broker per rank (docs/scaling.md) ---------------------------------------
+
+COMPOSE_RANKS = ROOT / "deploy" / "compose.ranks.yml"
+
+
+def _compose_ranks() -> dict:
+    """docker-compose.yml with deploy/compose.ranks.yml over it, as Compose itself merges them."""
+    result = _compose_config(ROOT / "docker-compose.yml", COMPOSE_RANKS, quiet=False)
+    assert result.returncode == 0, result.stderr
+    return yaml.safe_load(result.stdout)
+
+
+def test_compose_ranks_file_is_valid() -> None:
+    result = _compose_config(ROOT / "docker-compose.yml", COMPOSE_RANKS)
+    assert result.returncode == 0, result.stderr
+    assert _compose_config(ROOT / "docker-compose.yml", COMPOSE_RANKS, token=None).returncode != 0
+
+
+def test_compose_ranks_form_one_group_with_a_broker_on_each_rank_and_its_shard() -> None:
+    services = _compose_ranks()["services"]
+    for name, service in services.items():
+        _check_settings(service["environment"], f"compose.ranks.yml service {name}")
+        assert service["environment"][auth.TOKEN_ENV] == "a-token-for-validation", name
+    learners = {n: s["environment"] for n, s in services.items() if s["command"] == ["learner"]}
+    brokers = {n: s["environment"] for n, s in services.items() if s["command"] == ["broker"]}
+    world = len(learners)
+    assert world >= 2 and len(brokers) == world
+    # One group: ranks 0..R-1, one world size, one rendezvous, at rank 0's service and port.
+    rank_of = {int(env["FAST_LEARNER_RANK"]): name for name, env in learners.items()}
+    assert sorted(rank_of) == list(range(world))
+    assert {env["FAST_LEARNER_WORLD_SIZE"] for env in learners.values()} == {str(world)}
+    (master,) = {(env["FAST_LEARNER_MASTER_ADDR"], env["FAST_LEARNER_MASTER_PORT"]) for env in learners.values()}
+    assert master[0] == rank_of[0]
+    assert master[1] in services[rank_of[0]]["expose"]
+    for name in learners:  # the rendezvous and the ranks stay on the Compose network
+        assert "ports" not in services[name], name
+        assert services[name]["volumes"][0]["source"] == "checkpoints", name  # one directory, rank 0 writes it
+    # Broker i of R: shard i/R of the same name, learner rank i, a seed and a run directory of its own.
+    shards = {}
+    for name, env in brokers.items():
+        index, count = env["FAST_BROKER_SHARD"].split("/")
+        assert int(count) == world, name
+        learner = rank_of[int(index)]
+        assert env["FAST_BROKER_LEARNER"] == f"{learner}:{learners[learner]['FAST_LEARNER_PORT']}", name
+        assert learner in services[name]["depends_on"], name
+        shards[int(index)] = env
+    assert sorted(shards) == list(range(world))
+    assert {env["FAST_BROKER_SIMULATORS"] for env in brokers.values()} == {"dns:///sim-server:50051"}
+    for setting in ("FAST_BROKER_SEED", "FAST_BROKER_RUN_DIR"):
+        assert len({env.get(setting, "0") for env in brokers.values()}) == world, setting
+    # An update waits for every rank's batch: every broker runs as many iterations.
+    assert len({env["FAST_BROKER_ITERATIONS"] for env in brokers.values()}) == 1
+    assert services["sim-server"]["deploy"]["replicas"] >= world  # a replica per broker at least
+    # The gateway: broker 0 and learner rank 0, published on loopback only.
+    gateway = services["gateway"]["environment"]
+    broker_0 = next(n for n, env in brokers.items() if env["FAST_BROKER_SHARD"].startswith("0/"))
+    assert gateway["FAST_GATEWAY_BROKER"] == f"{broker_0}:{brokers[broker_0]['FAST_BROKER_PORT']}"
+    assert gateway["FAST_GATEWAY_LEARNER"] == f"{rank_of[0]}:{learners[rank_of[0]]['FAST_LEARNER_PORT']}"
+    assert services["gateway"]["ports"][0]["host_ip"] == "127.0.0.1"
+
+
+def _ranks_documents() -> list[dict]:
+    return [
+        doc
+        for path in sorted((ROOT / "deploy" / "k8s" / "ranks").glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+    ]
+
+
+def _pod_env(workload: dict, labels: dict[str, str], annotations: dict[str, str]) -> dict[str, str]:
+    """The container's environment as the kubelet gives it to a pod with these labels and annotations:
+    fieldRef values filled in, then $(VAR) references to variables defined before expanded."""
+    (container,) = workload["spec"]["template"]["spec"]["containers"]
+    env: dict[str, str] = {}
+    for item in container["env"]:
+        if "valueFrom" in item:
+            path = item["valueFrom"]["fieldRef"]["fieldPath"]
+            kind, key = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path).groups()
+            env[item["name"]] = (labels if kind == "labels" else annotations)[key]
+        else:
+            env[item["name"]] = re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], item["value"])
+    return env
+
+
+def test_kubernetes_ranks_form_one_group_with_a_broker_on_each_rank_and_its_shard() -> None:
+    docs = _ranks_documents()
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    learners, brokers = by[("StatefulSet", "fast-learner")], by[("Job", "fast-broker")]
+    assert {(k, n) for k, n in by if k in ("StatefulSet", "Job", "Deployment")} == {
+        ("StatefulSet", "fast-learner"),
+        ("Job", "fast-broker"),
+    }
+    world = learners["spec"]["replicas"]
+    assert world >= 2
+    # The learner ranks: started together, named by a headless Service that resolves before they are ready.
+    headless = by[("Service", learners["spec"]["serviceName"])]
+    assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["publishNotReadyAddresses"] is True
+    assert learners["spec"]["podManagementPolicy"] == "Parallel"
+    label = "apps.kubernetes.io/pod-index"
+    ranks = [_pod_env(learners, {label: str(r)}, {}) for r in range(world)]
+    for rank, env in enumerate(ranks):
+        _check_settings(env, f"deploy/k8s/ranks learner rank {rank}")
+        assert env["FAST_LEARNER_RANK"] == str(rank) and env["FAST_LEARNER_WORLD_SIZE"] == str(world)
+        assert env["FAST_LEARNER_MASTER_ADDR"] == f"fast-learner-0.{headless['metadata']['name']}"
+    port = {p["name"]: p["port"] for p in headless["spec"]["ports"]}
+    assert str(port["rendezvous"]) == ranks[0]["FAST_LEARNER_MASTER_PORT"]
+    assert str(port["grpc"]) == ranks[0]["FAST_LEARNER_PORT"]
+    claim = learners["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
+    assert by[("PersistentVolumeClaim", claim)]["spec"]["accessModes"] == ["ReadWriteMany"]
+    # The brokers: an Indexed Job of R pods at once; broker i drives shard i/R and feeds rank i.
+    spec = brokers["spec"]
+    assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"] == world
+    sim = _k8s_env("Deployment", "fast-sim-server")
+    for index in range(world):
+        env = _pod_env(brokers, {}, {"batch.kubernetes.io/job-completion-index": str(index)})
+        _check_settings(env, f"deploy/k8s/ranks broker {index}")
+        assert env["FAST_BROKER_SHARD"] == f"{index}/{world}"
+        assert env["FAST_BROKER_LEARNER"] == f"fast-learner-{index}.{headless['metadata']['name']}:{port['grpc']}"
+        assert env["FAST_BROKER_SIMULATORS"] == f"dns:///fast-sim-server:{sim['FAST_SIM_PORT']}"
+        assert env["FAST_BROKER_SEED"] == str(index) and env["FAST_BROKER_RUN_DIR"].endswith(f"rank-{index}")
+    # The gateway (../gateway.yaml, unchanged) reaches broker 0 and learner rank 0 under the usual names.
+    gateway = _k8s_env("Deployment", "fast-gateway")
+    assert by[("Service", "fast-learner")]["spec"]["selector"][label] == "0"
+    assert by[("Service", "fast-broker")]["spec"]["selector"]["batch.kubernetes.io/job-completion-index"] == "0"
+    assert (
+        gateway["FAST_GATEWAY_LEARNER"] == f"fast-learner:{by[('Service', 'fast-learner')]['spec']['ports'][0]['port']}"
+    )
+    assert gateway["FAST_GATEWAY_BROKER"] == f"fast-broker:{by[('Service', 'fast-broker')]['spec']['ports'][0]['port']}"
+    assert not any(d["kind"] == "Secret" for d in docs), "a token must not be committed"
+    for workload in (learners, brokers):
+        _check_token_file(workload, f"deploy/k8s/ranks {workload['kind']} {workload['metadata']['name']}")
+
+
+def test_kubernetes_ranks_network_policies() -> None:
+    policies = {
+        d["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]: d
+        for d in _ranks_documents()
+        if d["kind"] == "NetworkPolicy"
+    }
+    broker = {"app.kubernetes.io/name": "fast", "app.kubernetes.io/component": "broker"}
+    learner = {"app.kubernetes.io/name": "fast", "app.kubernetes.io/component": "learner"}
+    gateway = {"app": "fast-gateway"}
+    rules = policies["learner"]["spec"]["ingress"]
+    # Brokers and the gateway on the gRPC port; learner pods, and only they, on the rank-to-rank ports
+    # (the rendezvous and the ports gloo and NCCL open: any).
+    assert [[p["podSelector"]["matchLabels"] for p in rule["from"]] for rule in rules] == [
+        [broker, gateway],
+        [learner],
+    ]
+    assert rules[0]["ports"] == [{"port": "grpc", "protocol": "TCP"}] and "ports" not in rules[1]
+    assert [p["podSelector"]["matchLabels"] for r in policies["broker"]["spec"]["ingress"] for p in r["from"]] == [
+        gateway
+    ]
+    # The simulators' policy (../sim-server.yaml) admits these brokers by their labels.
+    job = next(d for d in _ranks_documents() if d["kind"] == "Job")
+    assert broker.items() <= job["spec"]["template"]["metadata"]["labels"].items()
+    assert _ingress_from("sim-server") == [broker]

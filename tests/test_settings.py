@@ -102,6 +102,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
     },
     "broker": {
         "simulators": ["10.0.0.1:50051", "dns:///sim:50051"],
+        "shard": "1/3",
         "learner": "10.0.0.2:50052",
         "host": "0.0.0.0",
         "port": 7003,
