@@ -65,11 +65,13 @@ def fan_out_detail(error: FanOutError) -> str:
     failed = [o.name for o in error.outcomes if o.error is not None]
     others = [name for name in failed if name != error.first.service]
     detail = upstream_detail(error.first) + (f" ({', '.join(others)} failed too)" if others else "")
-    if applied:
+    if applied and failed:
         detail += (
             f"; applied on {', '.join(applied)} but not on {', '.join(failed)}: the brokers differ until the same "
             "call is made again (taking it twice changes nothing)"
         )
+    elif applied:  # every broker took its part; the failure is another service's (the learner's)
+        detail += f"; every broker applied its part ({', '.join(applied)})"
     elif len(error.outcomes) > 1:
         detail += "; nothing was applied on any broker"
     if error.note:

@@ -280,6 +280,22 @@ def test_patch_config_failing_on_one_broker_names_it_and_sends_no_learner_part(r
     assert ranks.learners[0].asked("UpdateHyperparameters") == []
 
 
+def test_patch_config_refused_by_rank_0_after_the_brokers_says_they_applied_theirs(ranks):
+    ranks.learners[0].fail, ranks.learners[0].only = (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        frozenset({"UpdateHyperparameters"}),
+    )
+    ranks.learners[0].fail_details = "the run is over"
+    answer = ranks.client.patch("/v1/config", json={"alpha": 0.3, "learning_rate": 1e-4}, headers=AUTH)
+    assert answer.status_code == 409
+    body = answer.json()
+    assert body["upstream"] == "learner" and [b["applied"] for b in body["brokers"]] == [True, True]
+    assert body["detail"] == (
+        "learner: the run is over; every broker applied its part (broker, broker-1); "
+        "the brokers' alpha were applied; send the learner's part again alone"
+    )
+
+
 def test_patch_config_with_rank_0_down_applies_nothing(ranks):
     ranks.learners[0].fail = grpc.StatusCode.UNAVAILABLE
     answer = ranks.client.patch("/v1/config", json={"alpha": 0.3, "learning_rate": 1e-4}, headers=AUTH)

@@ -15,6 +15,7 @@ from fastapi import APIRouter
 from fast.v1 import broker_pb2
 from gateway.convert import to_plain
 from gateway.deps import Authorized, UpstreamsDep
+from gateway.errors import FanOutError
 from gateway.fanout import to_every_broker
 from gateway.models import (
     AUTH_RESPONSES,
@@ -71,15 +72,9 @@ async def patch_config(patch: ConfigPatch, upstreams: UpstreamsDep) -> ConfigPat
         try:
             reply = await upstreams.update_hyperparameters(**learner_values)
         except UpstreamError as error:
-            if answer.broker is not None:  # say that the brokers' half did take
-                applied = ", ".join(broker_values)
-                raise UpstreamError(
-                    error.service,
-                    error.address,
-                    error.code,
-                    f"{error.details} (the brokers' {applied} were applied already)",
-                    error.deadline_s,
-                ) from None
+            if answer.broker is not None:  # say that the brokers' half did take, on every broker
+                note = f"the brokers' {', '.join(broker_values)} were applied; send the learner's part again alone"
+                raise FanOutError(error, answer.brokers, note) from None
             raise
         answer.learner = LearnerSettingsAnswer.model_validate(to_plain(reply))
     return answer
