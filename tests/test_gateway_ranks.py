@@ -188,6 +188,14 @@ def test_get_readyz_asks_every_broker_and_rank(ranks):
     }
 
 
+def test_get_metrics_prometheus_says_which_brokers_and_ranks_answer(ranks):
+    ranks.brokers[1].fail = grpc.StatusCode.UNAVAILABLE
+    text = ranks.client.get("/metrics").text
+    assert 'fast_upstream_up{service="broker"} 1.0' in text and 'fast_upstream_up{service="broker-1"} 0.0' in text
+    assert 'fast_upstream_up{service="learner-1"} 1.0' in text
+    assert "fast_slots 10.0" in text  # the figures are broker 0's
+
+
 # -- controls reach every broker --------------------------------------------------------------------
 
 
