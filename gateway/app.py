@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fast.rpc import Credentials
-from gateway.errors import upstream_error_handler, validation_error_handler
+from gateway.errors import FanOutError, fan_out_error_handler, upstream_error_handler, validation_error_handler
 from gateway.models import ERROR_RESPONSES
 from gateway.routes import checkpoints, config, dashboard, health, metrics_history, prometheus, run, simulators, status
 from gateway.settings import GatewaySettings
@@ -82,6 +82,7 @@ def create_app(settings: GatewaySettings, token: str, upstreams: Upstreams | Non
     app.state.token = token
     app.state.settings = settings
     app.add_exception_handler(UpstreamError, upstream_error_handler)
+    app.add_exception_handler(FanOutError, fan_out_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
     for module in (health, status, metrics_history, run, config, simulators, checkpoints, prometheus):
         app.include_router(module.router, responses=ERROR_RESPONSES)

@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gateway.settings import MAX_UPSTREAMS
+
 RunStateWord = Literal["unspecified", "starting", "running", "pausing", "paused", "done", "failed"]
 
 # The bounds of the live settings; the broker and the learner check the same ones again.
@@ -116,6 +118,7 @@ class Simulator(_Answer):
     step_stream: bool = False
     batched_reset: bool = False
     step_transport: str = ""  # "local socket", "grpc stream" or "grpc unary"; "" from a broker too old to say
+    broker: str | None = Field(None, description="The broker that steps it (in GET /v1/simulators)")
 
 
 class Hyperparameters(_Answer):
@@ -134,15 +137,14 @@ class LearnerStatus(_Answer):
     last_stats: UpdateStats | None
 
 
-class Status(_Answer):
-    """The run as the broker and the learner see it now."""
+class BrokerRun(_Answer):
+    """One broker's run as it sees it (GetRunStatus)."""
 
     state: RunStateWord
     mode: str
     iteration: int
     iterations_total: int = Field(description="0: until stopped")
-    policy_version: int = Field(description="The version the broker samples with")
-    policy_version_lag: int = Field(description="The learner's version minus the broker's")
+    policy_version: int = Field(description="The version this broker samples with")
     num_slots: int
     valid_steps_total: int
     transitions_total: int
@@ -153,8 +155,69 @@ class Status(_Answer):
     pending_settings: RunSettings | None = Field(description="Accepted, in force from the next iteration")
     simulators: list[Simulator]
     last_metrics: IterationMetrics | None
-    error: str
+    error: str = Field(description="The broker's own account of a failed run")
+
+
+class BrokerEntry(_Answer):
+    """One broker of the run: its status, or why the gateway could not read it."""
+
+    name: str = Field(description='"broker" (broker 0), "broker-1", ...: as fast train names the processes')
+    address: str
+    up: bool = Field(description="The gateway read its status")
+    unavailable: str | None = Field(None, description="Why it could not be read (null when up)")
+    grpc_status: str | None = Field(None, description="The failed call's gRPC status (null when up)")
+    run: BrokerRun | None = Field(None, description="Its status (null when down)")
+
+
+class RankEntry(_Answer):
+    """One learner rank: its status, or why the gateway could not read it."""
+
+    name: str = Field(description='"learner" (rank 0), "learner-1", ...')
+    rank: int
+    address: str
+    up: bool
+    unavailable: str | None = None
+    grpc_status: str | None = None
+    status: LearnerStatus | None = None
+
+
+class Totals(_Answer):
+    """Over every broker and rank that answered: sums, and whether what must agree does."""
+
+    brokers: int = Field(description="Brokers the gateway is given")
+    brokers_answered: int
+    ranks: int = Field(description="Learner ranks the gateway is given")
+    ranks_answered: int
+    num_slots: int
+    valid_steps_total: int
+    transitions_total: int
+    global_resets_total: int
+    faults_total: int
+    stale_batches: int
+    raw_throughput: float | None = Field(description="Sum of the brokers' last iterations; null before any")
+    effective_throughput: float | None = Field(description="Sum of the brokers' last iterations; null before any")
+    last_iteration_transitions: int = Field(description="Sum of the brokers' last iterations")
+    last_iteration_valid_transitions: int = Field(description="Sum of the brokers' last iterations")
+    state: RunStateWord | None = Field(description="The brokers' common state; null when they differ")
+    states_differ: bool
+    policy_version: int | None = Field(description="The version every broker samples with; null when they differ")
+    policy_versions_differ: bool = Field(
+        description="The brokers sample with different versions (for a moment around an update, or a fault)"
+    )
+    learner_policy_version: int | None = Field(description="Every rank's version; null when they differ")
+    learner_policy_versions_differ: bool = Field(description="The ranks hold different versions: a fault")
+
+
+class Status(BrokerRun):
+    """The run as the broker and the learner see it now. The top-level fields are broker 0's and `learner`
+    learner rank 0's (the first that answered when they are down); `brokers`, `ranks` and `totals` show
+    every broker and rank of a run of several."""
+
+    policy_version_lag: int = Field(description="The learner's version minus the broker's")
     learner: LearnerStatus
+    brokers: list[BrokerEntry] = Field(default_factory=list, description="Every broker, broker 0 first")
+    ranks: list[RankEntry] = Field(default_factory=list, description="Every learner rank, rank 0 first")
+    totals: Totals | None = None
 
 
 class Problem(_Answer):
@@ -162,14 +225,28 @@ class Problem(_Answer):
     message: str
 
 
+class BrokerOutcome(_Answer):
+    """What one broker made of a call sent to every broker."""
+
+    name: str = Field(description='"broker", "broker-1", ...')
+    address: str
+    applied: bool = Field(description="It took the change")
+    state: RunStateWord | None = Field(None, description="Its state once a run control is taken into account")
+    effective_iteration: int | None = Field(None, description="The iteration a settings change applies from")
+    error: str | None = Field(None, description="Why it did not take it (null when it did, or was not asked)")
+    grpc_status: str | None = None
+
+
 class ErrorBody(_Answer):
     """Every error answer: `detail` says what went wrong and what to do; `upstream` names the service
-    that failed (broker or learner) and `grpc_status` its status; `problems` lists a body's bad fields."""
+    that failed (broker, broker-1, learner, ...) and `grpc_status` its status; `problems` lists a body's
+    bad fields; `brokers`, for a call sent to every broker, says which of them applied it."""
 
     detail: str
     upstream: str | None = None
     grpc_status: str | None = None
     problems: list[Problem] | None = None
+    brokers: list[BrokerOutcome] | None = None
 
 
 ERROR_RESPONSES: dict[int | str, dict] = {
@@ -183,7 +260,7 @@ ERROR_RESPONSES: dict[int | str, dict] = {
         429: "An upstream is out of resources",
         501: "The upstream does not implement the call",
         502: "An upstream answered unexpectedly, or refused the gateway's token",
-        503: "The broker or the learner is unavailable (named)",
+        503: "A broker or a learner rank is unavailable (named; `brokers` says which brokers applied a change)",
         504: "The broker or the learner did not answer within the deadline",
     }.items()
 }
@@ -203,8 +280,9 @@ class Readiness(_Answer):
 
 
 class RunControlAnswer(_Answer):
-    state: RunStateWord = Field(description="The state once the action is taken into account")
+    state: RunStateWord = Field(description="Broker 0's state once the action is taken into account")
     note: str
+    brokers: list[BrokerOutcome] = Field(default_factory=list, description="Every broker's answer")
 
 
 # -- what callers send ----------------------------------------------------------------------------
@@ -256,8 +334,9 @@ class ConfigView(_Answer):
 
 
 class ConfigPatchAnswer(_Answer):
-    broker: BrokerSettingsAnswer | None = Field(description="Set when a broker setting was changed")
+    broker: BrokerSettingsAnswer | None = Field(description="Set when a broker setting was changed (broker 0's)")
     learner: LearnerSettingsAnswer | None = Field(description="Set when a learner setting was changed")
+    brokers: list[BrokerOutcome] = Field(default_factory=list, description="Every broker's answer to its part")
 
 
 class AttachSimulator(_Body):
@@ -267,6 +346,12 @@ class AttachSimulator(_Body):
         pattern=r"^[A-Za-z0-9._:\[\]/-]+$",
         description="HOST:PORT of a simulator server (or dns:///NAME:PORT)",
     )
+    broker: int | None = Field(
+        None,
+        ge=0,
+        lt=MAX_UPSTREAMS,
+        description="Index of the broker that is to step it (0: broker 0); unset: the broker with the fewest slots",
+    )
 
 
 class AttachedSimulator(_Answer):
@@ -274,12 +359,14 @@ class AttachedSimulator(_Answer):
     num_slots: int
     env_id: str
     note: str
+    broker: str = Field("broker", description="The broker that steps it")
 
 
 class DetachedSimulator(_Answer):
     address: str
     num_slots: int
     note: str
+    broker: str = Field("broker", description="The broker that stepped it")
 
 
 class Checkpoint(_Answer):

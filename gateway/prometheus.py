@@ -55,10 +55,15 @@ def _histogram(name: str, doc: str, histogram: broker_pb2.Histogram) -> Histogra
 def families(
     run: broker_pb2.GetRunStatusResponse | None,
     learner: learner_pb2.GetStatusResponse | None,
+    others_up: dict[str, bool] | None = None,
 ) -> Iterator[Metric]:
+    """The run's figures: broker 0's (`run`) and rank 0's (`learner`); `others_up`: whether each further
+    broker and rank ("broker-1", "learner-1", ...) could be read, for fast_upstream_up."""
     up = GaugeMetricFamily("fast_upstream_up", "1 when the gateway could read the service's status", labels=["service"])
     up.add_metric(["broker"], float(run is not None))
     up.add_metric(["learner"], float(learner is not None))
+    for service, answered in (others_up or {}).items():
+        up.add_metric([service], float(answered))
     yield up
     if run is not None:
         yield from _run_families(run)

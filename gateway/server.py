@@ -45,7 +45,7 @@ async def serve(settings: GatewaySettings) -> int:
         signal.signal(sig, drain)
     print(
         f"fast gateway listening on http://{display_address(settings.host, port)} "
-        f"broker={settings.broker} learner={settings.learner}",
+        f"broker={','.join(settings.broker)} learner={','.join(settings.learner)}",
         flush=True,
     )
     await server.serve(sockets=[sock])

@@ -1,12 +1,18 @@
-"""The gateway's two upstreams, the broker and the learner: one channel each, a deadline on every call.
+"""The gateway's upstreams, the brokers and the learner ranks: one channel each, a deadline on every call.
 
+A run has one broker and one learner, or R learner ranks with a broker each (`fast train --ranks R`).
+They are named as `fast train` names their processes: "broker", "broker-1", ...; "learner",
+"learner-1", ... Broker 0 writes the run's metrics and learner rank 0 alone changes hyper-parameters
+and writes checkpoints, so the calls of one service go to those; `each` calls every one of a list.
 Each call returns the proto the service answered, or raises `UpstreamError` naming the service,
 so that one place (gateway/errors.py) turns every failure into an HTTP answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -18,8 +24,13 @@ from fast.v1 import broker_pb2, broker_pb2_grpc, learner_pb2, learner_pb2_grpc
 _MAX_MESSAGE_BYTES = 256 << 20
 
 
+def upstream_name(service: str, index: int) -> str:
+    """ "broker" for broker 0, "broker-1" for broker 1: the names `fast train` gives the processes."""
+    return service if index == 0 else f"{service}-{index}"
+
+
 class UpstreamError(Exception):
-    """A call to `service` ("broker" or "learner", at `address`) failed with gRPC `code`."""
+    """A call to `service` ("broker", "broker-1", "learner", ..., at `address`) failed with gRPC `code`."""
 
     def __init__(self, service: str, address: str, code: grpc.StatusCode, details: str, deadline_s: float) -> None:
         super().__init__(f"{service} at {address}: {code.name}")
@@ -80,18 +91,55 @@ def policy_version_lag(run: broker_pb2.GetRunStatusResponse, learner: learner_pb
 
 
 class Upstreams:
-    """The broker and the learner, as the gateway's routes use them."""
+    """The brokers and the learner ranks, as the gateway's routes use them: `broker` and `learner` are
+    broker 0 and rank 0, `brokers` and `learners` all of them."""
 
     def __init__(
-        self, broker: str, learner: str, credentials: Credentials, *, deadline_s: float, export_deadline_s: float
+        self,
+        broker: str | Sequence[str],
+        learner: str | Sequence[str],
+        credentials: Credentials,
+        *,
+        deadline_s: float,
+        export_deadline_s: float,
     ) -> None:
-        self.broker = Upstream("broker", broker, broker_pb2_grpc.BrokerStub, credentials, deadline_s)
-        self.learner = Upstream("learner", learner, learner_pb2_grpc.LearnerStub, credentials, deadline_s)
+        brokers = [broker] if isinstance(broker, str) else list(broker)
+        learners = [learner] if isinstance(learner, str) else list(learner)
+        if not brokers or not learners:
+            raise ValueError("a gateway needs at least one broker and one learner")
+        self.brokers = [
+            Upstream(upstream_name("broker", i), address, broker_pb2_grpc.BrokerStub, credentials, deadline_s)
+            for i, address in enumerate(brokers)
+        ]
+        self.learners = [
+            Upstream(upstream_name("learner", i), address, learner_pb2_grpc.LearnerStub, credentials, deadline_s)
+            for i, address in enumerate(learners)
+        ]
+        self.broker, self.learner = self.brokers[0], self.learners[0]
         self.export_deadline_s = export_deadline_s
 
     async def close(self) -> None:
-        await self.broker.close()
-        await self.learner.close()
+        for upstream in [*self.brokers, *self.learners]:
+            await upstream.close()
+
+    @staticmethod
+    async def each(
+        upstreams: Sequence[Upstream], method: str, request, *, deadline_s: float | None = None
+    ) -> list[Any | UpstreamError]:
+        """The same call to every one of `upstreams` at once: each one's answer, or its UpstreamError."""
+        results = await asyncio.gather(
+            *(upstream.call(method, request, deadline_s=deadline_s) for upstream in upstreams), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, UpstreamError):
+                raise result  # a bug or a cancellation, never an upstream's answer
+        return results
+
+    async def run_statuses(self) -> list[broker_pb2.GetRunStatusResponse | UpstreamError]:
+        return await self.each(self.brokers, "GetRunStatus", broker_pb2.GetRunStatusRequest())
+
+    async def learner_statuses(self) -> list[learner_pb2.GetStatusResponse | UpstreamError]:
+        return await self.each(self.learners, "GetStatus", learner_pb2.GetStatusRequest())
 
     # -- the broker -------------------------------------------------------------------------------
     async def run_status(self) -> broker_pb2.GetRunStatusResponse:
@@ -104,19 +152,15 @@ class Upstreams:
     def watch(self, since: int) -> AsyncIterator[broker_pb2.IterationMetrics]:
         return self.broker.stream("WatchMetrics", broker_pb2.WatchMetricsRequest(since_iteration=since))
 
-    async def control(self, action: int) -> broker_pb2.ControlResponse:
-        return await self.broker.call("Control", broker_pb2.ControlRequest(action=action))
-
-    async def update_settings(self, **values) -> broker_pb2.UpdateSettingsResponse:
-        return await self.broker.call("UpdateSettings", broker_pb2.UpdateSettingsRequest(**values))
-
-    async def register(self, address: str) -> broker_pb2.RegisterSimulatorResponse:
+    async def register(self, address: str, broker: Upstream | None = None) -> broker_pb2.RegisterSimulatorResponse:
         # Describe of a far simulator plus the broker's own checks: give it the long deadline.
+        broker = broker or self.broker
         request = broker_pb2.RegisterSimulatorRequest(address=address)
-        return await self.broker.call("RegisterSimulator", request, deadline_s=max(self.broker.deadline_s, 10.0))
+        return await broker.call("RegisterSimulator", request, deadline_s=max(broker.deadline_s, 10.0))
 
-    async def detach(self, address: str) -> broker_pb2.DetachSimulatorResponse:
-        return await self.broker.call("DetachSimulator", broker_pb2.DetachSimulatorRequest(address=address))
+    async def detach(self, address: str, broker: Upstream | None = None) -> broker_pb2.DetachSimulatorResponse:
+        request = broker_pb2.DetachSimulatorRequest(address=address)
+        return await (broker or self.broker).call("DetachSimulator", request)
 
     # -- the learner ------------------------------------------------------------------------------
     async def learner_status(self) -> learner_pb2.GetStatusResponse:

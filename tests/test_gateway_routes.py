@@ -231,6 +231,10 @@ def test_get_status(stack):
     assert last["episode_return_mean"] is None  # unset optional
     assert last["closed_loop"] == {"collided": 0.25}
     assert body["learner"]["hyperparameters"] == {"learning_rate": 3e-4, "ent_coef": 0.0}
+    # One broker and one learner: the fields above as ever, and lists of one (tests/test_gateway_ranks.py: two).
+    assert [(b["name"], b["up"]) for b in body["brokers"]] == [("broker", True)]
+    assert [(r["name"], r["rank"]) for r in body["ranks"]] == [("learner", 0)]
+    assert body["totals"]["brokers_answered"] == body["totals"]["ranks_answered"] == 1
     # The gateway shows the run's token to both services.
     assert broker_u.tokens == learner_u.tokens == {f"Bearer {TOKEN}"}
 
@@ -393,6 +397,7 @@ def test_post_pause(stack):
     client, broker_u, _ = stack
     answer = client.post("/v1/run/pause", headers=AUTH)
     assert answer.status_code == 200 and answer.json()["state"] == "paused"
+    assert [(b["name"], b["applied"]) for b in answer.json()["brokers"]] == [("broker", True)]
     assert broker_u.calls[-1][1].action == broker_pb2.CONTROL_ACTION_PAUSE
 
 

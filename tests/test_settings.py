@@ -133,8 +133,8 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "gateway": {
         "host": "0.0.0.0",
         "port": 0,
-        "broker": "10.0.0.1:1",
-        "learner": "10.0.0.2:2",
+        "broker": ["10.0.0.1:1", "10.0.0.3:3"],
+        "learner": ["10.0.0.2:2", "10.0.0.4:4"],
         "deadline_s": 2.5,
         "export_deadline_s": 60.0,
         "cors_origins": ["https://a.example", "http://b.example:8080"],
@@ -363,8 +363,29 @@ def test_a_run_starts_its_services_from_configs(tmp_path: Path) -> None:
     for name in ("mode", "alpha", "t_max", "truncation", "locality", "prefetch", "pipeline", "local_step"):
         assert getattr(broker, name) == getattr(cfg, name), name
     assert (broker.iterations, broker.holdout_every, broker.run_dir) == (cfg.iterations, 10, str(tmp_path))
-    gateway = cfg.gateway_config("127.0.0.1:3", "127.0.0.1:2")
+    gateway = cfg.gateway_config(["127.0.0.1:3"], ["127.0.0.1:2"])
     assert gateway.port == cfg.gateway_port and "--port" in gateway.to_argv()
+    argv = cfg.gateway_config(["127.0.0.1:3", "127.0.0.1:4"], ["127.0.0.1:2", "127.0.0.1:5"]).to_argv()
+    assert "--broker 127.0.0.1:3,127.0.0.1:4 --learner 127.0.0.1:2,127.0.0.1:5" in " ".join(argv)
+
+
+def test_gateway_takes_one_broker_as_before_or_several(resolved, tmp_path: Path) -> None:
+    """--broker HOST:PORT, FAST_GATEWAY_BROKER=HOST:PORT and `broker: HOST:PORT` as before; several comma-separated."""
+    _invoke("gateway", ["--broker", "a:1", "--learner", "b:2"])
+    _invoke("gateway", ["--broker", "a:1,c:3", "--learner", "b:2, d:4"])
+    assert (resolved[0].broker, resolved[0].learner) == (["a:1"], ["b:2"])
+    assert (resolved[1].broker, resolved[1].learner) == (["a:1", "c:3"], ["b:2", "d:4"])
+    environ = {"FAST_GATEWAY_BROKER": "a:1", "FAST_GATEWAY_LEARNER": "b:2"}
+    from_env = resolve_config(GatewaySettings, env_prefix=GATEWAY_PREFIX, environ=environ)
+    assert (from_env.broker, from_env.learner) == (["a:1"], ["b:2"])
+    file = tmp_path / "gateway.yaml"
+    file.write_text("broker: a:1,c:3\nlearner: [b:2, d:4]\n")
+    from_file = resolve_config(GatewaySettings, file=file, environ={})
+    assert (from_file.broker, from_file.learner) == (["a:1", "c:3"], ["b:2", "d:4"])
+    with pytest.raises(ValueError, match="listed twice; give each broker once"):
+        GatewaySettings(broker="a:1,a:1", learner="b:2")
+    with pytest.raises(ValueError, match="learner is empty"):
+        GatewaySettings(broker="a:1", learner=" , ")
 
 
 # `fast bench` options named otherwise than their config's field.

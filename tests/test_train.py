@@ -6,10 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +50,7 @@ TINY = [
     "1",
 ]
 RUN_TIMEOUT_S = 100  # one tiny run takes ~20 s on a loaded 2-core CPU
+_GATEWAY_LINE = re.compile(r"^gateway: (http://\S+)")
 
 
 def fast_train(tmp_path: Path, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -153,6 +158,64 @@ def test_train_with_two_ranks_runs_a_broker_per_learner_rank_and_updates_them_to
     assert json.loads((run_dir / "eval.json").read_text())["policy_version"] == 2
     outcome = json.loads((run_dir / "outcome.json").read_text())
     assert outcome["outcome"] == "done" and outcome["exit_codes"] == dict.fromkeys(recorded_pids(run_dir), 0)
+    assert_all_gone(recorded_pids(run_dir))
+
+
+def _http(method: str, url: str, token: str | None = None) -> tuple[int, dict]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+@pytest.mark.slow
+def test_train_with_two_ranks_gateway_shows_both_brokers_and_ranks_and_stops_both(tmp_path: Path) -> None:
+    """The gateway of `fast train --ranks 2` over HTTP: both brokers and ranks in /v1/status, and a stop
+    through it that reaches both brokers, which end at the same iteration."""
+    process = fast_train(
+        tmp_path, "ranks-gw", "--ranks", "2", "--iterations", "200", *TINY, "--eval-episodes-per-clip", "0"
+    )
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in process.stdout:
+            lines.append(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while not (url := next((m.group(1) for m in map(_GATEWAY_LINE.search, lines) if m), None)):
+            assert process.poll() is None and time.monotonic() < deadline, "".join(lines)[-3000:]
+            time.sleep(0.2)
+        while True:
+            code, status = _http("GET", f"{url}/v1/status")
+            brokers = status.get("brokers", [])
+            if code == 200 and len(brokers) == 2 and all(b["up"] and b["run"]["iteration"] >= 1 for b in brokers):
+                break
+            assert process.poll() is None and time.monotonic() < deadline, (code, status, "".join(lines)[-3000:])
+            time.sleep(0.3)
+        assert [(r["name"], r["up"]) for r in status["ranks"]] == [("learner", True), ("learner-1", True)]
+        totals = status["totals"]
+        assert (totals["brokers_answered"], totals["ranks_answered"], totals["num_slots"]) == (2, 2, 4)
+        assert not totals["learner_policy_versions_differ"]
+        assert {s["address"] for b in brokers for s in b["run"]["simulators"]} == {
+            s["address"] for s in _http("GET", f"{url}/v1/simulators")[1]
+        }
+        token = (tmp_path / "ranks-gw" / "token").read_text().strip()
+        code, answer = _http("POST", f"{url}/v1/run/stop", token)
+        assert code == 200, answer
+        assert [(b["name"], b["applied"]) for b in answer["brokers"]] == [("broker", True), ("broker-1", True)]
+        assert process.wait(timeout=RUN_TIMEOUT_S) == 0, "".join(lines)[-3000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    run_dir = tmp_path / "ranks-gw"
+    iterations = [len((d / "metrics.jsonl").read_text().splitlines()) for d in (run_dir, run_dir / "rank-1")]
+    assert iterations[0] == iterations[1] < 200  # stopped together, well before the end
     assert_all_gone(recorded_pids(run_dir))
 
 

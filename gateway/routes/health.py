@@ -20,6 +20,10 @@ async def healthz() -> Health:
 
 @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
 async def readyz(upstreams: UpstreamsDep):
-    broker, learner = await asyncio.gather(upstreams.broker.serving(), upstreams.learner.serving())
-    answer = Readiness(ready=broker == learner == "SERVING", upstreams={"broker": broker, "learner": learner})
+    """Ready when every broker and every learner rank answers SERVING."""
+    every = [*upstreams.brokers, *upstreams.learners]
+    health = await asyncio.gather(*(upstream.serving() for upstream in every))
+    answer = Readiness(
+        ready=all(h == "SERVING" for h in health), upstreams={u.service: h for u, h in zip(every, health)}
+    )
     return JSONResponse(answer.model_dump(), status_code=200 if answer.ready else 503)

@@ -1,20 +1,29 @@
-"""POST /v1/run/pause|resume|stop: take effect at the next iteration boundary; no collected data is lost."""
+"""POST /v1/run/pause|resume|stop: to every broker; each takes it at its next iteration boundary, and no
+collected data is lost. A broker that fails the call is named, with what the others made of it
+(gateway/fanout.py)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 
 from fast.v1 import broker_pb2
-from gateway.convert import enum_word
 from gateway.deps import Authorized, UpstreamsDep
+from gateway.fanout import state_word, to_every_broker
 from gateway.models import AUTH_RESPONSES, RunControlAnswer
+from gateway.upstream import Upstreams
 
 router = APIRouter(prefix="/v1/run", tags=["run"], dependencies=[Authorized])
 
 
-async def _control(upstreams, action: int, note: str) -> RunControlAnswer:
-    reply = await upstreams.control(action)
-    return RunControlAnswer(state=enum_word(broker_pb2.RunState.Name(reply.state), "RUN_STATE_"), note=note)
+async def _control(upstreams: Upstreams, action: int, note: str) -> RunControlAnswer:
+    replies, outcomes = await to_every_broker(
+        upstreams,
+        "Control",
+        broker_pb2.ControlRequest(action=action),
+        lambda reply: {"state": state_word(reply.state)},
+        check_first=action != broker_pb2.CONTROL_ACTION_STOP,
+    )
+    return RunControlAnswer(state=state_word(replies[0].state), note=note, brokers=outcomes)
 
 
 @router.post("/pause", response_model=RunControlAnswer, responses=AUTH_RESPONSES)

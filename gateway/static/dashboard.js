@@ -92,6 +92,29 @@ function showStatus(status) {
     `<td>${fmt((sim.reset_latency_s || 0) * 1000)}</td><td>${escapeHtml(sim.last_error)}</td></tr>`);
   $("simulators").tBodies[0].innerHTML = rows.join("");
   $("problem").textContent = status.error || "";
+  showRanks(status);
+}
+
+// A run of several learner ranks with a broker each: a row per broker and per rank, and the totals.
+function showRanks(status) {
+  const brokers = status.brokers || [], ranks = status.ranks || [], totals = status.totals;
+  $("ranks-section").hidden = brokers.length < 2 && ranks.length < 2;
+  if ($("ranks-section").hidden) return;
+  const cell = (value) => `<td>${escapeHtml(value === 0 ? "0" : value)}</td>`;
+  const brokerRows = brokers.map((b) => "<tr>" + [b.name, b.address, b.up ? "yes" : "no",
+    b.run ? b.run.state : "", b.run ? b.run.iteration : "", b.run ? b.run.policy_version : "",
+    b.run ? b.run.num_slots : "", b.run && b.run.last_metrics ? fmt(b.run.last_metrics.effective_throughput) : "",
+    b.run ? b.run.valid_steps_total : "", b.up ? b.run.error : b.unavailable].map(cell).join("") + "</tr>");
+  if (totals) {
+    const differ = [totals.states_differ && "states differ", totals.policy_versions_differ && "versions differ"];
+    brokerRows.push("<tr><th>total</th>" + [`${totals.brokers_answered} of ${totals.brokers} answered`, "",
+      totals.state || "", "", totals.policy_version ?? "", totals.num_slots, fmt(totals.effective_throughput),
+      totals.valid_steps_total, differ.filter(Boolean).join(", ")].map(cell).join("") + "</tr>");
+  }
+  $("brokers").tBodies[0].innerHTML = brokerRows.join("");
+  $("ranks").tBodies[0].innerHTML = ranks.map((r) => "<tr>" + [r.name, r.address, r.up ? "yes" : "no",
+    r.status ? r.status.policy_version : "", r.status ? r.status.device : "",
+    r.status ? r.status.updates_this_process : "", r.up ? "" : r.unavailable].map(cell).join("") + "</tr>").join("");
 }
 
 function escapeHtml(text) {

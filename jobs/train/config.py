@@ -209,8 +209,9 @@ class TrainConfig(Settings):
             **{name: getattr(self, name) for name in _BROKER_SETTINGS},
         )
 
-    def gateway_config(self, broker: str, learner: str) -> GatewaySettings:
-        return GatewaySettings(broker=broker, learner=learner, host="127.0.0.1", port=self.gateway_port)
+    def gateway_config(self, brokers: list[str], learners: list[str]) -> GatewaySettings:
+        """The gateway of every broker and learner rank (broker 0 and rank 0 first)."""
+        return GatewaySettings(broker=brokers, learner=learners, host="127.0.0.1", port=self.gateway_port)
 
 
 # The settings of a run passed to a service under the same name (`same_as` above).

@@ -189,9 +189,11 @@ class TrainingRun:
         return [self.addresses[s.name] for s in self.sims if s.name in self.addresses]
 
     def start_gateway(self, deadline: float, stopping) -> None:
-        """The REST gateway beside the run; its URL is printed once, with the token in its fragment
-        (never sent to the server) so that the dashboard's buttons work from that link."""
-        gateway = self.cfg.gateway_config(self.addresses["broker"], self.addresses["learner"])
+        """The REST gateway beside the run, over every broker and learner rank; its URL is printed once, with
+        the token in its fragment (never sent to the server) so that the dashboard's buttons work from that link."""
+        brokers = [self.addresses[b.name] for b in [self.broker, *self.other_brokers]]
+        learners = [self.addresses[learner.name] for learner in [self.learner, *self.other_learners]]
+        gateway = self.cfg.gateway_config(brokers, learners)
         self.gateway = _launch("gateway", ["gateway", *gateway.to_argv()], env=self.token.env)
         url = processes.wait_listening(self.gateway, deadline, stopping).address
         self.addresses["gateway"] = url
