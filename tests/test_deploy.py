@@ -360,11 +360,15 @@ def test_compose_ranks_form_one_group_with_a_broker_on_each_rank_and_its_shard()
     # An update waits for every rank's batch: every broker runs as many iterations.
     assert len({env["FAST_BROKER_ITERATIONS"] for env in brokers.values()}) == 1
     assert services["sim-server"]["deploy"]["replicas"] >= world  # a replica per broker at least
-    # The gateway: broker 0 and learner rank 0, published on loopback only.
+    # The gateway: every broker (broker 0 first) and every rank (rank 0 first), published on loopback only.
     gateway = services["gateway"]["environment"]
-    broker_0 = next(n for n, env in brokers.items() if env["FAST_BROKER_SHARD"].startswith("0/"))
-    assert gateway["FAST_GATEWAY_BROKER"] == f"{broker_0}:{brokers[broker_0]['FAST_BROKER_PORT']}"
-    assert gateway["FAST_GATEWAY_LEARNER"] == f"{rank_of[0]}:{learners[rank_of[0]]['FAST_LEARNER_PORT']}"
+    broker_of = {int(env["FAST_BROKER_SHARD"].split("/")[0]): name for name, env in brokers.items()}
+    assert gateway["FAST_GATEWAY_BROKER"] == ",".join(
+        f"{broker_of[i]}:{brokers[broker_of[i]]['FAST_BROKER_PORT']}" for i in range(world)
+    )
+    assert gateway["FAST_GATEWAY_LEARNER"] == ",".join(
+        f"{rank_of[r]}:{learners[rank_of[r]]['FAST_LEARNER_PORT']}" for r in range(world)
+    )
     assert services["gateway"]["ports"][0]["host_ip"] == "127.0.0.1"
 
 
