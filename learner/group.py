@@ -126,6 +126,11 @@ def rendezvous_store(host: str, port: int, *, is_master: bool, timeout_s: float)
         raise
 
 
+# How long the ranks may take to all start, apart from rank_timeout_s (how long a started group may
+# wait in a collective): start-up is slow where collectives are not.
+JOIN_TIMEOUT_S = 300.0
+
+
 def join_group(
     settings: GroupSettings,
     device: torch.device,
@@ -141,15 +146,21 @@ def join_group(
         interface = _loopback_interface()
         if interface is not None:
             os.environ["GLOO_SOCKET_IFNAME"] = interface
+    joining_s = max(timeout_s, JOIN_TIMEOUT_S)
     store = rendezvous_store(
         settings.master_addr,
         settings.master_port,
         is_master=settings.rank == 0 and not settings.agent_store,
-        timeout_s=timeout_s,
+        timeout_s=joining_s,
     )
     if announce is not None:
         host = f"[{settings.master_addr}]" if ":" in settings.master_addr else settings.master_addr
         announce(f"{host}:{store.port}", settings)
+    # Every rank present before the group forms: gloo's own connect waits only `timeout_s`, the
+    # collectives' bound, and a rank that starts slower than that (imports on a loaded machine, an
+    # image still being pulled) would fail the group before it ever existed.
+    store.set(f"fast/joined/{settings.rank}", "1")
+    store.wait([f"fast/joined/{rank}" for rank in range(settings.world_size)], timedelta(seconds=joining_s))
     dist.init_process_group(
         "gloo",
         store=store,
