@@ -280,7 +280,9 @@ def test_sigterm_drains_in_flight_call_and_exits_zero() -> None:
         server.process.send_signal(signal.SIGTERM)
         worker.join(timeout=10)
         assert "response" in result, result.get("error")
-        assert result["response"].timing.emulated_s >= 0.99
+        # The whole 1 s step was served, not cut by the drain (0.979 s was reported once under the
+        # suite's 4 workers on 2 cores: the reported wait is the one measured, never the configured).
+        assert result["response"].timing.emulated_s >= 0.95
         assert server.process.wait(timeout=10) == 0
 
 
