@@ -44,31 +44,49 @@ def _near(got: float, want: float) -> bool:
     return 0.9 * want <= got <= 1.6 * want + 0.004
 
 
+# The probe times 3 to 60 ms waits in this process; under the suite's 4 workers on 2 cores a wake-up
+# can come tens of ms late and one probe misreads a cost. Each check below passes when one of three
+# probes reads right: a probe that is wrong every time still fails, a loaded moment does not.
+TRIES = 3
+
+
+def _first_that_holds(check, config, repeats: int):
+    errors = []
+    for _ in range(TRIES):
+        probe = asyncio.run(probe_server(_pool(config), 0, repeats=repeats))
+        try:
+            check(probe)
+            return
+        except AssertionError as error:
+            errors.append(str(error)[:400])
+    pytest.fail(f"{TRIES} probes, none right: " + " | ".join(errors))
+
+
 @pytest.mark.parametrize("regime", REGIMES)
 def test_the_probe_reads_each_regime_of_the_cost_model(regime) -> None:
     config, findings = REGIMES[regime]
-    probe = asyncio.run(probe_server(_pool(config), 0, repeats=5))
-    assert probe.findings == {**findings, "prepare_hides_load": True}, probe.figures
-    c = probe.costs
-    assert _near(c.step_s, config.step_latency_s), c
-    assert _near(c.reset_fixed_s, config.reset_fixed_s), c
-    assert _near(c.map_load_s, config.map_load_s), c
-    assert c.step_per_slot_s < 0.001 and c.reset_per_slot_s < 0.002, c
-    assert 0 <= probe.call_s < 0.003
-    # No step penalty here. The probe reads it from a 3 ms Step's time beside an emulated load in
-    # the same process, which the suite's other workers can slow by half on 2 shared cores: a
-    # probe reading 0 in one of three tries passes; one that always finds a penalty fails.
-    penalties = [c.prefetch_step_penalty]
-    while penalties[-1] != 0.0 and len(penalties) < 3:
-        penalties.append(asyncio.run(probe_server(_pool(config), 0, repeats=5)).costs.prefetch_step_penalty)
-    assert penalties[-1] == 0.0, penalties
+
+    def check(probe) -> None:
+        assert probe.findings == {**findings, "prepare_hides_load": True}, probe.figures
+        c = probe.costs
+        assert _near(c.step_s, config.step_latency_s), c
+        assert _near(c.reset_fixed_s, config.reset_fixed_s), c
+        assert _near(c.map_load_s, config.map_load_s), c
+        assert c.step_per_slot_s < 0.001 and c.reset_per_slot_s < 0.002, c
+        assert 0 <= probe.call_s < 0.003
+        assert c.prefetch_step_penalty == 0.0, c  # none configured
+
+    _first_that_holds(check, config, repeats=5)
 
 
 def test_the_probe_measures_what_a_background_load_costs_a_step() -> None:
     config = CALIBRATED.model_copy(update={"prefetch_step_penalty": 0.5, "map_load_s": 0.06})
-    probe = asyncio.run(probe_server(_pool(config), 0, repeats=3))
-    assert probe.findings["prepare_hides_load"]
-    assert 0.25 <= probe.costs.prefetch_step_penalty <= 0.9, probe.figures.get("step_1_while_loading")
+
+    def check(probe) -> None:
+        assert probe.findings["prepare_hides_load"]
+        assert 0.25 <= probe.costs.prefetch_step_penalty <= 0.9, probe.figures.get("step_1_while_loading")
+
+    _first_that_holds(check, config, repeats=3)
 
 
 def test_probe_lengths_counts_running_episodes_as_cut() -> None:
