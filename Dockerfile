@@ -61,6 +61,6 @@ USER fast
 WORKDIR /home/fast
 EXPOSE 50051 50052 50053 8080
 # Each service's health check is in docker-compose.yml and deploy/k8s (its own port and protocol):
-# `fast health 127.0.0.1:PORT` for the gRPC services, GET /healthz for the gateway.
+# `python -m fast.health 127.0.0.1:PORT` for the gRPC services, the same with http://.../healthz for the gateway.
 ENTRYPOINT ["fast"]
 CMD ["sim-server", "--host", "0.0.0.0", "--port", "50051"]

@@ -483,27 +483,6 @@ def sim_check(
     raise typer.Exit(code=main(address, options, token_file=token_file, json_path=json_path))
 
 
-def _http_health(url: str, timeout_s: float, tls_ca: Optional[Path]) -> None:
-    """`fast health URL`: GET it; exit 0 on a 2xx answer, 1 otherwise. One plain argument, so that a
-    container health check needs no shell and no quoting (podman's Docker API splits a health check's
-    arguments at spaces: `python -c "import ..."` reaches the container as `python -c import`)."""
-    import ssl
-    import urllib.error
-    import urllib.request
-
-    context = ssl.create_default_context(cafile=str(tls_ca) if tls_ca else None) if url.startswith("https") else None
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s, context=context) as reply:
-            code = reply.status
-    except urllib.error.HTTPError as exc:
-        code = exc.code
-    except (urllib.error.URLError, OSError) as exc:
-        typer.echo(f"{url}: {getattr(exc, 'reason', exc)}", err=True)
-        raise typer.Exit(code=1)
-    typer.echo(f"{url}: {code}")
-    raise typer.Exit(code=0 if 200 <= code < 300 else 1)
-
-
 @app.command("health")
 def health(
     address: Annotated[
@@ -528,31 +507,14 @@ def health(
     service needs no run token; a service with TLS needs the --tls-* options (docs/security.md).
     An http:// or https:// URL (the gateway's /healthz) is asked with GET: exit 0 on a 2xx answer.
     """
-    if address.startswith(("http://", "https://")):
-        _http_health(address, timeout_s, tls_ca)
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    from fast.tls import TlsFiles, channel_credentials, channel_options
+    from fast.health import check
 
     try:
-        tls = TlsFiles(tls_cert, tls_key, tls_ca, tls_server_name)
-        channel = (
-            grpc.secure_channel(address, channel_credentials(tls), options=channel_options(tls))
-            if tls.on
-            else grpc.insecure_channel(address)
-        )
+        healthy, line = check(address, timeout_s, tls_ca, tls_cert, tls_key, tls_server_name)
     except ValueError as exc:
         _fail(str(exc))
-    with channel:
-        try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
-        except grpc.RpcError as exc:
-            typer.echo(f"{address}: {exc.code().name}: {exc.details()}", err=True)
-            raise typer.Exit(code=1)
-    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
-    typer.echo(f"{address}: {status}")
-    raise typer.Exit(code=0 if reply.status == health_pb2.HealthCheckResponse.SERVING else 1)
+    typer.echo(line, err=not healthy)
+    raise typer.Exit(code=0 if healthy else 1)
 
 
 if __name__ == "__main__":

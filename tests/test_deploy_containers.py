@@ -182,6 +182,9 @@ class Stack:
         for service in services:
             result = self.compose("logs", "--no-color", "--tail", str(LOG_LINES), service, timeout=60, check=False)
             out.append(f"--- {service}: last {LOG_LINES} lines of each container ---\n{result.stdout}{result.stderr}")
+            for container in self.containers(service, all_states=True):  # why a container is unhealthy
+                health = self.inspect(container, "{{json .State.Health}}")
+                out.append(f"--- {container}: health {health[-800:]}")
         return "\n".join(out)
 
     def containers(self, service: str, all_states: bool = False) -> list[str]:

@@ -210,10 +210,13 @@ def test_health_check_and_reflection(takeover_server) -> None:
     assert_serving_with_reflection(takeover_server.address, "fast.v1.Simulator")
 
 
-def test_fast_health_command_for_container_health_checks(takeover_server) -> None:
+@pytest.mark.parametrize("command", [("fast", "health"), ("fast.health",)], ids=["fast-health", "fast.health"])
+def test_fast_health_command_for_container_health_checks(takeover_server, command) -> None:
+    """`fast health` and the container's check, `python -m fast.health`, answer alike."""
+
     def health(address: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "fast", "health", address, "--timeout-s", "3"],
+            [sys.executable, "-m", *command, address, "--timeout-s", "3"],
             capture_output=True,
             text=True,
             timeout=60,
