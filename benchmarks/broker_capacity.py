@@ -450,6 +450,13 @@ def _progress(run: dict) -> str:
     )
 
 
+def _positive(text: str) -> int:
+    value = int(text)  # ValueError: argparse names the flag and the value
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
 def _grid(text: str) -> list[int]:
     grid = [int(x) for x in text.split(",")]  # ValueError: argparse names the flag and the value
     check_doubling(grid)
@@ -460,11 +467,11 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="folder for capacity.json and README.md")
     p.add_argument("--grid", type=_grid, default=list(DEFAULT_GRID), help="slot counts, each double the last")
-    p.add_argument("--servers", type=int, default=4, help="simulator server processes per broker")
-    p.add_argument("--repeats", type=int, default=3, help="runs per configuration, interleaved")
+    p.add_argument("--servers", type=_positive, default=4, help="simulator server processes per broker")
+    p.add_argument("--repeats", type=_positive, default=3, help="runs per configuration, interleaved")
     p.add_argument("--warmup", type=int, default=2, help="iterations left out at the start of each run")
-    p.add_argument("--iterations", type=int, default=5, help="iterations measured per run")
-    p.add_argument("--steps", type=int, default=100, help="lock-step steps of valid transitions per iteration")
+    p.add_argument("--iterations", type=_positive, default=5, help="iterations measured per run")
+    p.add_argument("--steps", type=_positive, default=100, help="lock-step steps of valid transitions per iteration")
     p.add_argument("--step-latency-s", type=float, default=STEP_LATENCY_S, help="the emulated step (a wait)")
     p.add_argument("--min-gain", type=float, default=0.10, help="a doubling gaining less is saturated")
     p.add_argument("--seed", type=int, default=0)
