@@ -325,6 +325,7 @@ class TrainingRun:
             highlight=False,
         )
         exit_codes = self._stop_group()
+        stopped_s = time.monotonic() - began
         metrics_files = [self._broker_run_dir(rank) / "metrics.jsonl" for rank in range(cfg.ranks)]
         point = choose_resume_point(self.run_dir / "checkpoints", metrics_files)
         deadline = time.monotonic() + cfg.startup_timeout_s
@@ -348,6 +349,7 @@ class TrainingRun:
             "checkpoints_set_aside": point.set_aside,
             "metrics_lines_dropped": dropped,
             **({"gap": point.gap} if point.gap else {}),
+            "stop_s": round(stopped_s, 3),  # the group stopped; then started again (restart_s in all)
             "restart_s": round(time.monotonic() - began, 3),
         }
         self.restarts.append(record)
