@@ -70,7 +70,8 @@ def test_without_any_checkpoint_the_group_starts_afresh(tmp_path: Path) -> None:
     assert (point.version, point.recorded) == (None, 0)
 
 
-RESTART_TIMEOUT_S = 150  # ~55 s on a loaded 2-core CPU: two starts of the group, 12 tiny iterations
+# 50 to 80 s on the 2-core CPU (two starts of the group, 10 tiny iterations), over 120 s when others load it.
+RESTART_TIMEOUT_S = 220
 
 
 def _lines(path: Path) -> list[dict]:
@@ -83,11 +84,12 @@ def _lines(path: Path) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.chaos
+@pytest.mark.timeout(RESTART_TIMEOUT_S + 20)
 def test_train_with_two_ranks_restarts_the_group_after_a_rank_is_killed(tmp_path: Path) -> None:
     """Learner rank 0 SIGKILLed two versions past its checkpoint of version 3: the group restarts once, every
     rank resumes from the newest checkpoint whose version the metrics reach, the lines past it are dropped and
     their versions trained again, and the run ends with every version recorded once, in order."""
-    iterations = 12
+    iterations = 10
     process = fast_train(
         tmp_path,
         "restart",
@@ -113,10 +115,13 @@ def test_train_with_two_ranks_restarts_the_group_after_a_rank_is_killed(tmp_path
     first_group: dict[str, int] = {}
     try:
         deadline = time.monotonic() + RESTART_TIMEOUT_S
+        while "broker-1" not in first_group:  # config.yaml names the brokers once they sample
+            assert process.poll() is None and time.monotonic() < deadline, "fast train did not start its brokers"
+            time.sleep(0.1)
+            first_group = recorded_pids(run_dir) if (run_dir / "config.yaml").exists() else {}
         while len(_lines(run_dir / "metrics.jsonl")) < 5:  # versions 0..4 learnt from: past the checkpoint at 3
             assert process.poll() is None and time.monotonic() < deadline, "fast train did not reach version 5"
-            time.sleep(0.05)
-        first_group = recorded_pids(run_dir)
+            time.sleep(0.02)
         os.kill(first_group["learner"], signal.SIGKILL)
         code, output = finish(process, max(1.0, deadline - time.monotonic()))
     finally:
@@ -133,6 +138,8 @@ def test_train_with_two_ranks_restarts_the_group_after_a_rank_is_killed(tmp_path
     assert restart["exit_codes"]["learner"] == -9 and "gap" not in restart, restart
     resumed = restart["resumed_version"]
     assert resumed in (3, 6), restart  # rank 0 died before its checkpoint of version 6, or just after it
+    if resumed == 3:  # the lines of versions 3 and 4 (at least) were dropped, and those versions trained again
+        assert restart["metrics_lines_dropped"]["metrics.jsonl"] >= 2, restart
     # Every version once, in order, in the run's metrics and in broker 1's; the iterations count on.
     for directory in (run_dir, run_dir / "rank-1"):
         lines = _lines(directory / "metrics.jsonl")
