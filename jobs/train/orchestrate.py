@@ -5,7 +5,9 @@ Order of life:
    environment's token, before anything starts; a refusal or a silent server ends the job (exit 2);
 1. start K simulator servers (none with `simulators`) and the learner together, then the broker once they listen;
 2. watch the broker (GetRunStatus ~2 Hz for the progress bar; metrics.jsonl to TensorBoard)
-   until it exits, or until SIGINT/SIGTERM/SIGHUP;
+   until it exits, or until SIGINT/SIGTERM/SIGHUP; when a learner rank or a broker dies, stop every
+   rank and broker and start them again from the newest checkpoint (`max_restarts` times at most;
+   jobs/train/restart.py), then watch again;
 3. stop the broker (it finishes its iteration), evaluate the final policy against a random one
    on the held-out clips while the simulators and the learner still run;
 4. stop the learner (it writes a final checkpoint on SIGTERM), then the simulators;
@@ -324,8 +326,8 @@ class TrainingRun:
             f"restarting the group ({len(self.restarts) + 1} of at most {cfg.max_restarts}): {self.died}",
             highlight=False,
         )
-        exit_codes = self._stop_group()
-        stopped_s = time.monotonic() - began
+        record = {"cause": self.died, "exit_codes": self._stop_group(), "stop_s": round(time.monotonic() - began, 3)}
+        self.restarts.append(record)  # on record even if the group fails to start again
         metrics_files = [self._broker_run_dir(rank) / "metrics.jsonl" for rank in range(cfg.ranks)]
         point = choose_resume_point(self.run_dir / "checkpoints", metrics_files)
         deadline = time.monotonic() + cfg.startup_timeout_s
@@ -342,17 +344,13 @@ class TrainingRun:
         if cfg.gateway:
             self.start_gateway(deadline, stopping)
             self.write_config()
-        record = {
-            "cause": self.died,
-            "exit_codes": exit_codes,
-            "resumed_version": version,
-            "checkpoints_set_aside": point.set_aside,
-            "metrics_lines_dropped": dropped,
+        record.update(
+            resumed_version=version,
+            checkpoints_set_aside=point.set_aside,
+            metrics_lines_dropped=dropped,
             **({"gap": point.gap} if point.gap else {}),
-            "stop_s": round(stopped_s, 3),  # the group stopped; then started again (restart_s in all)
-            "restart_s": round(time.monotonic() - began, 3),
-        }
-        self.restarts.append(record)
+            restart_s=round(time.monotonic() - began, 3),  # stopped (stop_s), then serving again
+        )
         self.died, self.failure, self.broker_error = "", "", ""
         aside = f"; checkpoints {point.set_aside} set aside (no metrics line reaches them)" if point.set_aside else ""
         self.console.print(
@@ -484,6 +482,7 @@ def train(cfg: TrainConfig, console: Console | None = None) -> int:
         run.start()
         timings["startup_s"] = time.perf_counter() - clock
         outcome = run.watch()
+        # torchrun's --max-restarts: a learner rank or a broker that died restarts the whole group (docs/scaling.md).
         while outcome == "failed" and run.died and len(run.restarts) < cfg.max_restarts and not signals.received:
             run.restart_group()
             outcome = run.watch()
