@@ -150,3 +150,49 @@ def test_train_with_two_ranks_restarts_the_group_after_a_rank_is_killed(tmp_path
     assert f"--first-iteration {resumed}" in processes["broker"]["command"]
     assert f"--first-iteration {resumed}" in processes["broker-1"]["command"]
     assert_all_gone(recorded_pids(run_dir) | first_group)
+
+
+@pytest.mark.slow
+@pytest.mark.chaos
+@pytest.mark.timeout(RESTART_TIMEOUT_S + 20)
+def test_train_with_no_restarts_left_fails_when_a_rank_dies(tmp_path: Path) -> None:
+    """--max-restarts 0: the first death fails the run (exit 1) as before restarts existed, nothing left running."""
+    process = fast_train(
+        tmp_path,
+        "no-restart",
+        "--ranks",
+        "2",
+        "--iterations",
+        "200",
+        "--servers",
+        "2",
+        "--slots",
+        "2",
+        "--samples-per-iteration",
+        "64",
+        "--update-epochs",
+        "1",
+        "--eval-episodes-per-clip",
+        "0",
+        "--no-gateway",
+        "--max-restarts",
+        "0",
+    )
+    run_dir = tmp_path / "no-restart"
+    try:
+        deadline = time.monotonic() + RESTART_TIMEOUT_S
+        while not _lines(run_dir / "metrics.jsonl"):
+            assert process.poll() is None and time.monotonic() < deadline, "fast train learnt nothing"
+            time.sleep(0.1)
+        pids = recorded_pids(run_dir)
+        os.kill(pids["learner-1"], signal.SIGKILL)
+        code, output = finish(process, max(1.0, deadline - time.monotonic()))
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert code == 1, output[-4000:]
+    assert "restarting the group" not in output and "fast train failed: the learner-1 exited with code -9" in output
+    outcome = json.loads((run_dir / "outcome.json").read_text())
+    assert (outcome["outcome"], outcome["restarts"]) == ("failed", [])
+    assert_all_gone(pids)
