@@ -50,6 +50,14 @@ class BrokerConfig(TlsSettings):
     )
     samples_per_iteration: int = Field(2048, ge=1, description="Valid transitions per iteration (at least).")
     iterations: int = Field(0, ge=0, description="Iterations; 0 runs until stopped.")
+    # A broker restarted with its group of learner ranks (`fast train`'s max_restarts) carries on the run's
+    # count: its learner resumed from the checkpoint of that version, so the iterations before it are done.
+    first_iteration: int = Field(
+        0,
+        ge=0,
+        description="Iterations done before this broker started (a restarted group's: the checkpoint's policy "
+        "version); it numbers its iterations from there, and `iterations` counts them all.",
+    )
     seed: int = Field(0, description="Seed of clip dealing and action sampling.")
     holdout_every: int = Field(
         HOLDOUT_EVERY,

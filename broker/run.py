@@ -77,7 +77,7 @@ class BrokerRun:
         self.config = config
         self._state = RunState.STARTING
         self._error = ""  # why the run failed
-        self.iteration = 0
+        self.iteration = config.first_iteration  # iterations learnt from, this broker's and its predecessors'
         self.valid_total = 0
         self.stale_batches = 0
         self.last_metrics: dict | None = None

@@ -99,6 +99,15 @@ class TrainConfig(Settings):
         description="Learner ranks, each with a broker of its own driving its share of the servers (dealt "
         "round-robin); every broker samples samples_per_iteration, and an iteration's update is over all of them.",
     )
+    # torchrun's --max-restarts for the group (docs/scaling.md, "Restarting"): when a learner rank or a broker
+    # dies mid-run, every rank and broker is stopped and started again, resuming from the newest checkpoint.
+    max_restarts: int = Field(
+        3,
+        ge=0,
+        le=100,
+        description="Restarts of the whole group (every learner rank and broker) after one of them dies mid-run, "
+        "each resuming from the newest checkpoint; 0: the run fails instead.",
+    )
     # The REST gateway (docs/gateway.md) on loopback: dashboard, status and control of the run.
     gateway: bool = Field(True, description="Start the REST gateway and dashboard on loopback (docs/gateway.md).")
     gateway_port: int = Field(
@@ -193,16 +202,24 @@ class TrainConfig(Settings):
         )
 
     def broker_config(
-        self, simulators: list[str], learner: str, run_dir: Path, holdout_every: int, rank: int = 0
+        self,
+        simulators: list[str],
+        learner: str,
+        run_dir: Path,
+        holdout_every: int,
+        rank: int = 0,
+        first_iteration: int = 0,
     ) -> BrokerConfig:
         """Rank `rank`'s broker: its seed is the run's plus the rank, so that the brokers deal and sample
-        apart (rank 0's is the run's seed, as with one rank)."""
+        apart (rank 0's is the run's seed, as with one rank). `first_iteration`: the iterations done before
+        it (a restarted group's, the version its learner resumed)."""
         return BrokerConfig(
             simulators=simulators,
             learner=learner,
             host="127.0.0.1",
             port=0,
             iterations=self.iterations,
+            **({"first_iteration": first_iteration} if first_iteration else {}),  # the first group's command as before
             seed=self.seed + rank,
             run_dir=str(run_dir),
             holdout_every=holdout_every,

@@ -39,6 +39,15 @@ class MetricsTail:
         self._offset += end
         return [json.loads(line) for line in data[:end].decode().splitlines() if line.strip()]
 
+    def follow_truncation(self) -> None:
+        """The file was cut back to a prefix of itself (a restarted group's, jobs/train/restart.py): read on
+        from its new end if the tail had passed it, so that no dropped line is read again."""
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        self._offset = min(self._offset, size)
+
 
 class TensorBoardSink:
     """One TensorBoard step per iteration: every numeric metric as a scalar, episode lengths as a histogram."""

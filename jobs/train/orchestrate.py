@@ -5,7 +5,9 @@ Order of life:
    environment's token, before anything starts; a refusal or a silent server ends the job (exit 2);
 1. start K simulator servers (none with `simulators`) and the learner together, then the broker once they listen;
 2. watch the broker (GetRunStatus ~2 Hz for the progress bar; metrics.jsonl to TensorBoard)
-   until it exits, or until SIGINT/SIGTERM/SIGHUP;
+   until it exits, or until SIGINT/SIGTERM/SIGHUP; when a learner rank or a broker dies, stop every
+   rank and broker and start them again from the newest checkpoint (`max_restarts` times at most;
+   jobs/train/restart.py), then watch again;
 3. stop the broker (it finishes its iteration), evaluate the final policy against a random one
    on the held-out clips while the simulators and the learner still run;
 4. stop the learner (it writes a final checkpoint on SIGTERM), then the simulators;
@@ -41,6 +43,7 @@ POLL_S = 0.5  # status polling period (~2 Hz)
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _BROKER_TAIL_LINES = 20
 _RENDEZVOUS = re.compile(r"rendezvous at \S+:(\d+),")  # learner rank 0's line (learner/server.py)
+_LISTENING_VERSION = re.compile(r"fast learner listening on \S+ .*\bversion=(\d+)")  # the version it resumed
 
 
 def _launch(name: str, args: list[str], env: dict[str, str] | None = None) -> processes.Launch:
@@ -118,6 +121,8 @@ class TrainingRun:
         self.iterations_done = 0
         self.broker_error = ""  # the broker's own account (GetRunStatus.error)
         self.failure = ""  # what else ended the run (a service that died)
+        self.died = ""  # which process of the group (a learner rank or a broker) died, and how
+        self.restarts: list[dict] = []  # one record per restart of the group (outcome.json)
         self._tail = MetricsTail(self.run_dir / "metrics.jsonl")
         self._tb: TensorBoardSink | None = None
 
@@ -133,19 +138,7 @@ class TrainingRun:
         sim_server = cfg.sim_server_config()
         for i in range(0 if self.external is not None else cfg.servers):
             self.sims.append(_launch(f"sim-server-{i}", ["sim-server", *sim_server.to_argv()], env=self.token.env))
-        learner = cfg.learner_config(self.run_dir)
-        self.learner = _launch("learner", ["learner", *learner.to_argv()], env=self.token.env)
-        if cfg.ranks > 1:
-            # Rank 0 binds the group's rendezvous on loopback at a free port and prints it; the others join there.
-            port = int(processes.wait_for_line(self.learner, _RENDEZVOUS, deadline, stopping).group(1))
-            self.other_learners = [
-                _launch(
-                    f"learner-{rank}",
-                    ["learner", *cfg.learner_config(self.run_dir, rank=rank, master_port=port).to_argv()],
-                    env=self.token.env,
-                )
-                for rank in range(1, cfg.ranks)
-            ]
+        self._launch_learners(deadline, stopping)
         self.write_config()
         # Importing torch and tensorboard takes seconds; done while the children start up.
         self._tb = TensorBoardSink(self.run_dir / "tb")
@@ -163,24 +156,59 @@ class TrainingRun:
             self.initial_policy = asyncio.run(
                 capture_initial_policy(self.simulator_addresses()[0], self.addresses["learner"], self.token.credentials)
             )
+        self._launch_brokers(deadline, stopping, first_iteration=0)
+        self.write_config()  # the broker samples already: its pid is on record before the gateway's start
+        if cfg.gateway:
+            self.start_gateway(deadline, stopping)
+        self.write_config()
+
+    def _launch_learners(self, deadline: float, stopping) -> None:
+        """Learner rank 0, then (with ranks > 1) ranks 1.. at the rendezvous it prints; not waited for."""
+        cfg = self.cfg
+        learner = cfg.learner_config(self.run_dir)
+        self.learner = _launch("learner", ["learner", *learner.to_argv()], env=self.token.env)
+        self.other_learners = []
+        if cfg.ranks > 1:
+            # Rank 0 binds the group's rendezvous on loopback at a free port and prints it; the others join there.
+            port = int(processes.wait_for_line(self.learner, _RENDEZVOUS, deadline, stopping).group(1))
+            self.other_learners = [
+                _launch(
+                    f"learner-{rank}",
+                    ["learner", *cfg.learner_config(self.run_dir, rank=rank, master_port=port).to_argv()],
+                    env=self.token.env,
+                )
+                for rank in range(1, cfg.ranks)
+            ]
+
+    def _launch_brokers(self, deadline: float, stopping, first_iteration: int) -> None:
+        """A broker per learner rank (the learners listening), waited for until each listens."""
+        cfg = self.cfg
         # External ones as given: the broker resolves dns:/// itself, again when it re-admits a server.
         simulators = list(cfg.simulators) if self.external is not None else self.simulator_addresses()
         # Rank r's broker drives servers r, r + R, r + 2R, ... and feeds learner rank r; rank 0's writes the
         # run's metrics.jsonl, the others rank-<r>/metrics.jsonl.
         shards = [simulators[rank :: cfg.ranks] for rank in range(cfg.ranks)]
-        broker = cfg.broker_config(shards[0], self.addresses["learner"], self.run_dir, HOLDOUT_EVERY)
-        self.broker = _launch("broker", ["broker", *broker.to_argv()], env=self.token.env)
-        for rank in range(1, cfg.ranks):
+        self.broker, self.other_brokers = None, []
+        for rank in range(cfg.ranks):
+            name = "broker" if rank == 0 else f"broker-{rank}"
             config = cfg.broker_config(
-                shards[rank], self.addresses[f"learner-{rank}"], self.run_dir / f"rank-{rank}", HOLDOUT_EVERY, rank
+                shards[rank],
+                self.addresses["learner" if rank == 0 else f"learner-{rank}"],
+                self._broker_run_dir(rank),
+                HOLDOUT_EVERY,
+                rank,
+                first_iteration,
             )
-            self.other_brokers.append(_launch(f"broker-{rank}", ["broker", *config.to_argv()], env=self.token.env))
+            child = _launch(name, ["broker", *config.to_argv()], env=self.token.env)
+            if rank == 0:
+                self.broker = child
+            else:
+                self.other_brokers.append(child)
         for child in [self.broker, *self.other_brokers]:
             self.addresses[child.name] = processes.wait_listening(child, deadline, stopping).address
-        self.write_config()  # the broker samples already: its pid is on record before the gateway's start
-        if cfg.gateway:
-            self.start_gateway(deadline, stopping)
-        self.write_config()
+
+    def _broker_run_dir(self, rank: int) -> Path:
+        return self.run_dir if rank == 0 else self.run_dir / f"rank-{rank}"
 
     def simulator_addresses(self) -> list[str]:
         """HOST:PORT of every simulator server of the run: the external ones, or those it started."""
@@ -251,11 +279,13 @@ class TrainingRun:
                     view.update(max(self.iterations_done, reply.iteration if reply else 0), last)
                     if self.signals.received:
                         return "interrupted"
-                    codes = [broker.process.poll() for broker in [self.broker, *self.other_brokers]]
-                    failed = [c for c in codes if c not in (None, 0)]
+                    brokers = [self.broker, *self.other_brokers]
+                    codes = [broker.process.poll() for broker in brokers]
+                    failed = [(b.name, c) for b, c in zip(brokers, codes) if c not in (None, 0)]
                     if failed or all(c == 0 for c in codes):  # with ranks, one failed broker fails the run
                         last = self._drain_metrics() or last
                         view.update(self.iterations_done, last)
+                        self.died = ", ".join(f"{name} exited with code {code}" for name, code in failed)
                         return "failed" if failed else "done"
                     for sim in self.sims:
                         if sim.process.poll() is not None and sim.name not in reported_dead:
@@ -266,9 +296,8 @@ class TrainingRun:
                             )
                     for learner in [self.learner, *self.other_learners]:
                         if learner.process.poll() is not None:
-                            self.failure = f"the {learner.name} exited with code {learner.process.returncode}: " + (
-                                " | ".join(learner.lines[-10:])
-                            )
+                            self.died = f"{learner.name} exited with code {learner.process.returncode}"
+                            self.failure = f"the {self.died}: " + " | ".join(learner.lines[-10:])
                             return "failed"
                     time.sleep(POLL_S)
         finally:
@@ -282,6 +311,81 @@ class TrainingRun:
             self.iterations_done = max(self.iterations_done, int(metrics["iteration"]))
             last = metrics
         return last
+
+    # -- restart -------------------------------------------------------------------------
+    def restart_group(self) -> None:
+        """torchrun's --max-restarts on this machine: stop every learner rank and broker that is left (and the
+        gateway, which is given their addresses), then start them all again. The learners resume from the
+        newest checkpoint that every broker's metrics reach (jobs/train/restart.py), lines past it are
+        dropped, and the brokers count their iterations on from that version; the simulators keep running."""
+        from jobs.train.restart import choose_resume_point, drop_lines_from  # torch (checkpoints): only here
+
+        cfg = self.cfg
+        began = time.monotonic()
+        self.console.print(
+            f"restarting the group ({len(self.restarts) + 1} of at most {cfg.max_restarts}): {self.died}",
+            highlight=False,
+        )
+        record = {"cause": self.died, "exit_codes": self._stop_group(), "stop_s": round(time.monotonic() - began, 3)}
+        self.restarts.append(record)  # on record even if the group fails to start again
+        metrics_files = [self._broker_run_dir(rank) / "metrics.jsonl" for rank in range(cfg.ranks)]
+        point = choose_resume_point(self.run_dir / "checkpoints", metrics_files)
+        deadline = time.monotonic() + cfg.startup_timeout_s
+        stopping = lambda: bool(self.signals.received)  # noqa: E731
+        self._launch_learners(deadline, stopping)
+        for learner in [self.learner, *self.other_learners]:
+            self.addresses[learner.name] = processes.wait_listening(learner, deadline, stopping).address
+        version = self._resumed_version()
+        dropped = {str(path.relative_to(self.run_dir)): drop_lines_from(path, version) for path in metrics_files}
+        self._tail.follow_truncation()
+        self.iterations_done = version
+        self._launch_brokers(deadline, stopping, first_iteration=version)
+        self.write_config()
+        if cfg.gateway:
+            self.start_gateway(deadline, stopping)
+            self.write_config()
+        record.update(
+            resumed_version=version,
+            checkpoints_set_aside=point.set_aside,
+            metrics_lines_dropped=dropped,
+            **({"gap": point.gap} if point.gap else {}),
+            restart_s=round(time.monotonic() - began, 3),  # stopped (stop_s), then serving again
+        )
+        self.died, self.failure, self.broker_error = "", "", ""
+        aside = f"; checkpoints {point.set_aside} set aside (no metrics line reaches them)" if point.set_aside else ""
+        self.console.print(
+            f"group restarted: every rank resumed from policy version {version}, the brokers sample on from "
+            f"iteration {version + 1}; metrics lines dropped (to be redone): {sum(dropped.values())}{aside}"
+            + (f"; {point.gap}" if point.gap else ""),
+            highlight=False,
+        )
+
+    def _stop_group(self) -> dict[str, int | None]:
+        """Gateway, brokers (little time: their iteration cannot be learnt from), then every learner rank at
+        once (rank 0 writes its final checkpoint; a rank stuck in a collective is freed when the others
+        leave). Returns their exit codes."""
+        group = [self.broker, *self.other_brokers, self.learner, *self.other_learners]
+        if self.gateway is not None:
+            processes.stop(self.gateway, self.cfg.stop_timeout_s)
+            self.gateway = None
+        for members, timeout_s in (
+            (group[: self.cfg.ranks], min(5.0, self.cfg.stop_timeout_s)),
+            (group[self.cfg.ranks :], self.cfg.stop_timeout_s),
+        ):
+            for child in members:
+                if child.process.poll() is None:
+                    child.process.send_signal(signal.SIGTERM)
+            for child in members:
+                processes.stop(child, timeout_s)
+        return {child.name: child.process.returncode for child in group}
+
+    def _resumed_version(self) -> int:
+        """The policy version learner rank 0 says it resumed (its listening line; every rank agreed on it)."""
+        for line in self.learner.lines:
+            match = _LISTENING_VERSION.search(line)
+            if match:
+                return int(match.group(1))
+        raise processes.StartupError(f"learner printed no version in its listening line: {self.learner.lines[-5:]}")
 
     # -- stop ----------------------------------------------------------------------------
     def stop_broker(self, keep_iteration: bool) -> None:
@@ -378,6 +482,10 @@ def train(cfg: TrainConfig, console: Console | None = None) -> int:
         run.start()
         timings["startup_s"] = time.perf_counter() - clock
         outcome = run.watch()
+        # torchrun's --max-restarts: a learner rank or a broker that died restarts the whole group (docs/scaling.md).
+        while outcome == "failed" and run.died and len(run.restarts) < cfg.max_restarts and not signals.received:
+            run.restart_group()
+            outcome = run.watch()
         timings["training_s"] = time.perf_counter() - clock - timings["startup_s"]
         if outcome == "interrupted":
             console.print(f"{signal.Signals(signals.first).name} received: stopping", highlight=False)
@@ -435,6 +543,7 @@ def _write_outcome(run: TrainingRun, outcome: str, code: int, error: str, timing
         "wall_clock_s": wall_s,
         **timings,
         "exit_codes": {c.name: c.process.returncode for c in run.children()},
+        "restarts": run.restarts,
     }
     (run.run_dir / "outcome.json").write_text(json.dumps(document, indent=1))
 

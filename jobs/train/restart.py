@@ -1,0 +1,114 @@
+"""Where a restarted group resumes, and the metrics files made to agree with it (`fast train`'s max_restarts).
+
+When a learner rank or a broker dies mid-run, `fast train` stops every rank and broker and starts them
+again, as torchrun's `--max-restarts` would; the learners resume from the newest checkpoint in the run's
+checkpoint directory (learner/core.py), and the brokers sample from that version on. Two records must
+then agree with the learners' version sequence, with no version repeated and none skipped:
+
+- **Lines past the checkpoint are dropped.** A broker writes the line of version v once the update
+  v -> v+1 answered. Updates after the newest checkpoint are lost with the learners that made them, so
+  their lines (policy_version >= the resumed version) are taken out of every broker's metrics.jsonl:
+  those versions are trained again, once, from the checkpoint, and recorded then.
+- **A checkpoint past the lines is set aside.** Rank 0 writes a checkpoint after its update and before
+  its answer reaches the broker; a rank killed in between leaves a checkpoint of version v+1 whose
+  line v no broker wrote (and a rank r != 0 killed after its update, before it answered, leaves its
+  broker's line v unwritten). Resuming there would skip version v in that broker's file, so the group
+  resumes from the newest checkpoint that every broker's lines reach, and the newer ones are moved to
+  `checkpoints/superseded/` (kept, never read back). When none is old enough (pruned by
+  keep_checkpoints), the newest is resumed and the gap is reported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from learner.checkpoint import list_checkpoints
+
+SUPERSEDED = "superseded"  # checkpoints/superseded/: newer than what the metrics record, set aside
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """The version the restarted group resumes from, and what was done to make it so."""
+
+    version: int | None  # the newest checkpoint left (None: none, the group starts afresh at Initialize)
+    recorded: int  # versions every broker's metrics record consecutively from 0 (the resume bound)
+    set_aside: list[int] = field(default_factory=list)  # newer checkpoint versions moved to superseded/
+    gap: str = ""  # a version the metrics will lack, when no checkpoint was old enough
+
+
+def recorded_versions(path: Path) -> list[int]:
+    """The policy versions of a metrics.jsonl's whole, readable lines, in file order ([] without a file).
+    A broker killed mid-write leaves a last line without its newline: not a record."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return []
+    versions = []
+    for line in text.split("\n")[:-1]:  # the part after the last newline is no whole line
+        try:
+            versions.append(int(json.loads(line)["policy_version"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return versions
+
+
+def consecutive_from_zero(versions: list[int]) -> int:
+    """How many versions 0, 1, 2, ... the list starts with: the first version it does not record."""
+    count = 0
+    for version in versions:
+        if version != count:
+            break
+        count += 1
+    return count
+
+
+def choose_resume_point(checkpoint_dir: Path, metrics_files: list[Path]) -> ResumePoint:
+    """Pick the checkpoint the group resumes from (every process of the group stopped): the newest whose
+    version every broker's lines reach; newer ones are moved to checkpoints/superseded/."""
+    recorded = min(consecutive_from_zero(recorded_versions(path)) for path in metrics_files)
+    found = list_checkpoints(checkpoint_dir)
+    if not found:
+        return ResumePoint(None, recorded)
+    reachable = [version for version, _ in found if version <= recorded]
+    if not reachable:
+        newest = found[-1][0]
+        gap = f"versions {recorded} to {newest - 1} have no metrics line (no checkpoint at or below {recorded} is kept)"
+        return ResumePoint(newest, recorded, gap=gap)
+    resume = reachable[-1]
+    newer = [(version, path) for version, path in found if version > resume]
+    if newer:
+        aside = Path(checkpoint_dir) / SUPERSEDED
+        aside.mkdir(exist_ok=True)
+        for _, path in newer:
+            os.replace(path, aside / path.name)
+    return ResumePoint(resume, recorded, set_aside=[version for version, _ in newer])
+
+
+def drop_lines_from(path: Path, version: int) -> int:
+    """Rewrite a metrics.jsonl without the lines of policy_version >= `version` (and any partial last
+    line); atomically (a temporary file renamed over it). Returns how many lines were dropped."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return 0
+    kept, dropped = [], 0
+    for line in text.split("\n")[:-1]:
+        try:
+            keep = int(json.loads(line)["policy_version"]) < version
+        except (ValueError, KeyError, TypeError):
+            keep = False
+        if keep:
+            kept.append(line)
+        else:
+            dropped += 1
+    if text and not text.endswith("\n"):  # a partial last line
+        dropped += 1
+    temp = path.with_name(f".{path.name}.restart")
+    temp.write_text("".join(f"{line}\n" for line in kept))
+    os.replace(temp, path)
+    return dropped
