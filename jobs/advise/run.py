@@ -34,6 +34,8 @@ from jobs.bench.harness import fixed_policies, measure_mode, runner_for, simulat
 from jobs.bench.limits import Costs, Pattern, pattern_limit
 from jobs.external import ExternalSimulators, check_simulators
 
+# Lock-step rows timed for the broker's own part of a row (`_time_rows`).
+ROWS = 40
 # Forward passes timed per batch size for the model's inference cost (medians: a loaded machine's
 # late wake-ups are outliers).
 INFERENCE_CALLS = 50
@@ -93,6 +95,8 @@ async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | 
         policy = "trained" if "trained" in policies else "random"
         hidden, weights = policies[policy]
         inference = _time_inference(runner_for(pool, hidden, weights, cfg.seed), pool, math.ceil(clips / len(used)))
+        one_call_s = float(np.median([probes[i].call_s for i in used]))
+        row_call_s = await _time_rows(pool, runner_for(pool, hidden, weights, cfg.seed), slots, inference, cfg.seed)
 
         t0 = time.perf_counter()
         log(f"probing episode lengths under the {policy} policy ({cfg.length_samples} valid transitions) ...")
@@ -113,7 +117,7 @@ async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | 
             slots_per_server=math.ceil(clips / len(used)),
             inference_s=inference["inference_s"],
             inference_per_obs_s=inference["inference_per_obs_s"],
-            call_s=float(np.median([probes[i].call_s for i in used])),
+            call_s=max(one_call_s, row_call_s),
             catalog=Catalog(maps, holdout_every=HOLDOUT_EVERY) if maps is not None else None,
         )
         horizon = Horizon(
@@ -198,7 +202,7 @@ async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | 
                 for j, i in enumerate(used)
             },
             "inference": inference,
-            "call_s": workload.call_s,
+            "call_s": {"one_call": one_call_s, "row": row_call_s, "used": workload.call_s},
             "episode_lengths": _lengths_record(lengths),
             "alpha": {
                 "best": alpha,
@@ -238,6 +242,32 @@ def _time_inference(runner, pool, batch: int) -> dict:
     one = median_s(1)
     per_obs = max(median_s(batch) - one, 0.0) / (batch - 1) if batch > 1 else 0.0
     return {"inference_s": max(one - per_obs, 0.0), "inference_per_obs_s": per_obs, "batch": batch}
+
+
+async def _time_rows(pool, runner, slots: np.ndarray, inference: dict, seed: int) -> float:
+    """The broker's own part of a lock-step row (seconds): a forward pass per server, then one Step
+    call per server at once, as the rounds make them (broker/samplers/rounds.py), less the slowest
+    server's time and the forward passes' modelled time. `probe_server`'s `call_s` is one call's alone;
+    a row of several servers' calls from one event loop costs the broker more (docs/advisor.md)."""
+    groups = [slots[pool.slot_server[slots] == s] for s in np.unique(pool.slot_server[slots])]
+    obs = np.zeros((slots.size, *pool.observation_space.shape), dtype=np.float32)
+    seeds = iter(range(seed * 1_000_003 + 500_000, seed * 1_000_003 + 600_000))
+    extra = []
+    for _ in range(ROWS):
+        started = time.perf_counter()
+        actions = np.concatenate([runner.act(obs[np.isin(slots, group)]).env_actions for group in groups])
+        result = await pool.step(slots, actions)
+        wall = time.perf_counter() - started
+        if result.failed.any():
+            raise ProbeError(f"a Step of slots {slots.tolist()} failed")
+        modelled = sum(inference["inference_s"] + g.size * inference["inference_per_obs_s"] for g in groups)
+        extra.append(wall - result.server_s - modelled)
+        obs = result.observations.astype(np.float32, copy=False)
+        ended = slots[result.terminated | result.truncated]
+        if ended.size:  # untimed: the same clip again, whose map the server has cached
+            clips = np.zeros(ended.size, dtype=np.int64)
+            await pool.reset(ended, clips, np.array([next(seeds) for _ in ended], dtype=np.int64), batched=True)
+    return max(float(np.median(extra)), 0.0)
 
 
 def _limit_costs(costs) -> Costs:
