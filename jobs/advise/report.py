@@ -14,7 +14,7 @@ def _rate(value: float | None) -> str:
 
 
 def _ms(seconds: float) -> str:
-    return f"{1000 * seconds:.1f} ms"
+    return f"{1000 * seconds:.2f} ms"
 
 
 def text(result: dict) -> str:
