@@ -89,14 +89,13 @@ async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | 
         for i in used:
             log(f"probing server {i} ({pool.servers[i].address}) ...")
             probes[i] = await probe_server(pool, i, clip_map_ids=maps, repeats=cfg.probe_repeats, seed=cfg.seed + i)
-        probe_s = time.perf_counter() - t0
-
         policies = fixed_policies(bench, pool)
         policy = "trained" if "trained" in policies else "random"
         hidden, weights = policies[policy]
         inference = _time_inference(runner_for(pool, hidden, weights, cfg.seed), pool, math.ceil(clips / len(used)))
         one_call_s = float(np.median([probes[i].call_s for i in used]))
         row_call_s = await _time_rows(pool, runner_for(pool, hidden, weights, cfg.seed), slots, inference, cfg.seed)
+        probe_s = time.perf_counter() - t0  # the servers, the forward pass and the rows
 
         t0 = time.perf_counter()
         log(f"probing episode lengths under the {policy} policy ({cfg.length_samples} valid transitions) ...")
