@@ -15,6 +15,7 @@ from fast.config import ConfigError, resolve_config
 from fast.lifecycle import exit_with_parent
 from fast.settings import given, options
 from gateway.settings import GatewaySettings
+from jobs.advise.config import AdviseConfig
 from jobs.bench.config import DEFAULTS as BENCH_TRAIN_DEFAULTS
 from jobs.bench.config import SamplingBenchConfig, TrainBenchConfig
 from jobs.train.config import TrainConfig
@@ -422,6 +423,48 @@ def bench_train(
     except (ValueError, OSError, RuntimeError) as exc:
         _fail(str(exc))
     typer.echo(f"results: {out_dir / 'train.md'}")
+
+
+@app.command("advise")
+@options(AdviseConfig)
+def advise(
+    settings: dict[str, Any],
+    config: ConfigFile = None,
+    json_path: Annotated[
+        Optional[str],
+        typer.Option(
+            "--json",
+            metavar="PATH",
+            help="Also write everything as JSON to PATH; --json - writes it to stdout (and the table to stderr).",
+        ),
+    ] = None,
+) -> None:
+    """Measure the simulators, predict every sampling mode, recommend one and validate the best two (docs/advisor.md).
+
+    Settings also come from FAST_ADVISE_<NAME> environment variables or the --config file.
+    Exits 0 when done, 2 for bad settings or simulators it cannot use, 1 when a measurement failed.
+    """
+    from jobs.advise.config import ENV_PREFIX
+    from jobs.advise.report import as_json, text
+    from jobs.advise.run import run
+
+    try:
+        cfg = resolve_config(AdviseConfig, file=config, env_prefix=ENV_PREFIX, overrides=settings)
+    except ConfigError as exc:
+        _fail(str(exc))
+    try:
+        result = run(cfg, log=lambda message: typer.echo(message, err=True))
+    except ValueError as exc:  # the simulators cannot be used as given (jobs/external.py), or the checkpoint
+        _fail(str(exc))
+    except (RuntimeError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=1) from None
+    typer.echo(text(result), err=json_path == "-")
+    if json_path == "-":
+        typer.echo(as_json(result))
+    elif json_path is not None:
+        Path(json_path).write_text(as_json(result) + "\n")
+        typer.echo(f"wrote {json_path}", err=True)
 
 
 def _register_compare() -> None:

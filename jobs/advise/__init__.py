@@ -1,0 +1,1 @@
+"""`fast advise`: measure the simulators, predict every sampling mode, validate the best (docs/advisor.md)."""

@@ -1,0 +1,84 @@
+"""Settings of `fast advise`: each declared once, here; the command's options derive from them
+(fast/settings.py), and so do FAST_ADVISE_* variables and the keys of a --config file.
+
+Kept apart from the run (jobs/advise/run.py loads torch and the broker's samplers), so that
+building the `fast` command line does not load them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator, model_validator
+
+from broker.config import BrokerConfig
+from fast.settings import Settings, same_as
+from jobs.external import inapplicable, parse_simulators
+from sim_server.cost_model import PRESETS, CostPreset
+
+ENV_PREFIX = "FAST_ADVISE_"
+# The built-in workload when neither is given: as `fast train` and `fast bench train` run it.
+DEFAULT_CLIPS = 10
+DEFAULT_SERVERS = 2
+# Settings that shape the servers `fast advise` starts itself: given with `simulators`, they are refused.
+SIMULATOR_SETTINGS = {"preset": "--preset", "servers": "--servers"}
+
+
+class AdviseConfig(Settings):
+    # The simulators: `servers` built-in takeover servers under `preset`, or external ones.
+    preset: CostPreset = Field(
+        "calibrated",
+        description=f"Cost preset of the built-in servers it starts (docs/cost_model.md): {' | '.join(PRESETS)}.",
+    )
+    servers: int = Field(DEFAULT_SERVERS, ge=1, le=64, description="Built-in simulator server processes.")
+    simulators: list[str] = Field(
+        default_factory=list,
+        description="Advise on simulator servers that run already: HOST:PORT[,HOST:PORT...] or dns:///NAME:PORT "
+        "(none started or stopped; the environment's run token; --preset/--servers then do not apply).",
+    )
+    clips: int | None = Field(
+        None,
+        ge=1,
+        description=f"Parallel clips (slots) the modes drive, spread over the servers, as `fast bench sampling` "
+        f"--clips; unset: {DEFAULT_CLIPS}, or every slot of --simulators.",
+    )
+    # The policy whose episode lengths are probed.
+    checkpoint: Path | None = Field(
+        None,
+        description="A fast train run's checkpoints/ directory: probe episode lengths under its newest policy; "
+        "unset: the initial policy.",
+    )
+    # What is measured, and how long.
+    probe_repeats: int = Field(5, ge=1, le=50, description="Calls per timed figure of each server's probe.")
+    length_samples: int = Field(
+        2000, ge=1, description="Valid transitions of the episode-length probe (autoreset, every clip)."
+    )
+    samples: int = Field(
+        1024, ge=1, description="Valid transitions of a predicted iteration and of each validation run."
+    )
+    warmup_steps: int = Field(
+        50, ge=0, description="Steps per clip before a validation run's measured iteration (a warm-up iteration)."
+    )
+    validate_top: int = Field(2, ge=0, le=6, description="The best predicted modes run briefly to check; 0 skips.")
+    t_max: int = same_as(BrokerConfig, "t_max")
+    seed: int = Field(0, ge=0, description="Seed of the probes, the model and the validation runs.")
+
+    @field_validator("simulators", mode="before")
+    @classmethod
+    def _addresses(cls, value):
+        return list(parse_simulators(value))
+
+    @model_validator(mode="after")
+    def _simulator_settings(self) -> AdviseConfig:
+        given = [SIMULATOR_SETTINGS[name] for name in SIMULATOR_SETTINGS if name in self.model_fields_set]
+        if self.simulators and given:
+            raise ValueError(inapplicable(given))
+        return self
+
+    @model_validator(mode="after")
+    def _checkpoint_exists(self) -> AdviseConfig:
+        if self.checkpoint is not None and not self.checkpoint.is_dir():
+            raise ValueError(
+                f"checkpoint {str(self.checkpoint)[:80]} is not a directory; give a fast train run's checkpoints/"
+            )
+        return self

@@ -1,0 +1,325 @@
+"""`fast advise`: measure the simulators, predict every sampling mode, validate the best two.
+
+    1. servers    the built-in takeover servers under a preset (started and stopped here, as
+                  `fast bench sampling` starts them), or external ones (`--simulators`)
+    2. probe      each server's costs and findings through the broker's own pool
+                  (broker/advisor/probe.py `probe_server`), the forward pass's time, and the
+                  episode lengths under the policy (`probe_lengths`, Kaplan-Meier)
+    3. predict    the Workload those make; FAST's alpha by `best_alpha` (carry); then every mode,
+                  with and without prefetch and locality where the servers offer them, by `rank`
+                  (broker/advisor/model.py); each mode's best variant is its row
+    4. validate   the best `validate_top` rows run briefly with the real samplers, as `fast bench
+                  sampling` measures a configuration (jobs/bench/harness.py `measure_mode`: a
+                  warm-up iteration, then one measured one); measured beside predicted
+
+The result is one dict (what `--json` writes); jobs/advise/report.py prints it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import platform
+import time
+from dataclasses import asdict, replace
+
+import numpy as np
+
+from broker.advisor import Catalog, Horizon, Prediction, Workload, best_alpha, rank, standard_modes
+from broker.advisor.probe import ProbeError, probe_lengths, probe_server
+from broker.dealer import HOLDOUT_EVERY, ClipDealer
+from jobs.advise.config import DEFAULT_CLIPS, AdviseConfig
+from jobs.bench.config import EXTERNAL, MODES, SamplingBenchConfig
+from jobs.bench.harness import fixed_policies, measure_mode, runner_for, simulator_pool, spread_slots
+from jobs.bench.limits import Costs, Pattern, pattern_limit
+from jobs.external import ExternalSimulators, check_simulators
+
+# Lock-step rows timed for the broker's own part of a row (`_time_rows`).
+ROWS = 40
+# Forward passes timed per batch size for the model's inference cost (medians: a loaded machine's
+# late wake-ups are outliers).
+INFERENCE_CALLS = 50
+
+
+def bench_config(cfg: AdviseConfig, clips: int) -> SamplingBenchConfig:
+    """The `fast bench sampling` settings of the validation runs (and of the servers it starts)."""
+    return SamplingBenchConfig(
+        modes=MODES,
+        clips=(clips,),
+        presets=(EXTERNAL,) if cfg.simulators else (cfg.preset,),
+        servers=cfg.servers,
+        samples=cfg.samples,
+        warmup_steps=cfg.warmup_steps,
+        t_max=cfg.t_max,
+        seed=cfg.seed,
+        checkpoint_dir=cfg.checkpoint,
+        gym_reference=False,
+        length_samples=0,
+        simulators=tuple(cfg.simulators),
+        prefetch_step_penalties=(0.0,),
+    )
+
+
+def run(cfg: AdviseConfig, log=print) -> dict:
+    """Everything `fast advise` measures, predicts and validates, as one dict (module docstring)."""
+    started = time.perf_counter()
+    external = check_simulators(cfg.simulators) if cfg.simulators else None  # before anything starts
+    if external is not None:
+        log(f"on {external.describe()}")
+    clips = cfg.clips or (external.num_slots if external is not None else DEFAULT_CLIPS)
+    if external is not None and clips > external.num_slots:
+        raise ValueError(f"--clips {clips}: the simulators have {external.num_slots} slots; give --clips <= that")
+    try:
+        result = asyncio.run(_advise(cfg, clips, external, log))
+    except ProbeError as exc:
+        raise RuntimeError(f"the probe could not measure: {exc}") from None
+    result["wall_s"] = time.perf_counter() - started
+    return result
+
+
+async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | None, log) -> dict:
+    bench = bench_config(cfg, clips)
+    preset = EXTERNAL if external is not None else cfg.preset
+    async with simulator_pool(bench, preset, external) as pool:
+        slots = spread_slots(pool, clips)
+        used = [int(s) for s in np.unique(pool.slot_server[slots])]
+        maps = pool.clip_map_ids if pool.clip_map_ids.size == pool.num_clips else None
+        t0 = time.perf_counter()
+        probes = {}
+        for i in used:
+            log(f"probing server {i} ({pool.servers[i].address}) ...")
+            probes[i] = await probe_server(pool, i, clip_map_ids=maps, repeats=cfg.probe_repeats, seed=cfg.seed + i)
+        policies = fixed_policies(bench, pool)
+        policy = "trained" if "trained" in policies else "random"
+        hidden, weights = policies[policy]
+        inference = _time_inference(runner_for(pool, hidden, weights, cfg.seed), pool, math.ceil(clips / len(used)))
+        one_call_s = float(np.median([probes[i].call_s for i in used]))
+        row_call_s = await _time_rows(pool, runner_for(pool, hidden, weights, cfg.seed), slots, inference, cfg.seed)
+        probe_s = time.perf_counter() - t0  # the servers, the forward pass and the rows
+
+        t0 = time.perf_counter()
+        log(f"probing episode lengths under the {policy} policy ({cfg.length_samples} valid transitions) ...")
+        dealer = ClipDealer(pool.num_clips, holdout_every=HOLDOUT_EVERY, seed=cfg.seed)
+        runner = runner_for(pool, hidden, weights, cfg.seed)
+        lengths = await probe_lengths(pool, runner, dealer, samples=cfg.length_samples, slots=slots)
+        lengths_s = time.perf_counter() - t0
+
+        costs = []
+        for i in used:
+            described = pool.servers[i].cost_model  # the map cache's size is not probed: Describe says it
+            cache = {"map_cache_size": int(described.map_cache_size)} if described is not None else {}
+            costs.append(replace(probes[i].costs, **cache))
+        workload = Workload(
+            lengths,
+            tuple(costs),
+            servers=len(used),
+            slots_per_server=math.ceil(clips / len(used)),
+            inference_s=inference["inference_s"],
+            inference_per_obs_s=inference["inference_per_obs_s"],
+            call_s=max(one_call_s, row_call_s),
+            catalog=Catalog(maps, holdout_every=HOLDOUT_EVERY) if maps is not None else None,
+        )
+        horizon = Horizon(
+            samples_per_iteration=cfg.samples,
+            iterations=2,
+            warmup_iterations=1,
+            warmup_samples=max(cfg.warmup_steps * clips, 1),
+        )
+        t0 = time.perf_counter()
+        log("predicting every mode ...")
+        alpha, grid = best_alpha(workload, t_max=cfg.t_max, horizon=horizon, seed=cfg.seed)
+        prefetches = (False, True) if all(pool.servers[i].prefetch for i in used) else (False,)
+        localities = (False, True) if maps is not None else (False,)
+        candidates = [
+            settings
+            for prefetch in prefetches
+            for locality in localities
+            for settings in standard_modes(alpha=alpha, t_max=cfg.t_max, prefetch=prefetch, locality=locality)
+        ]
+        ranked = rank(workload, candidates, horizon, seed=cfg.seed)
+        predict_s = time.perf_counter() - t0
+        limit_costs = _limit_costs(costs[0])
+        rows, seen = [], set()
+        for p in ranked:  # best first: a mode's first prediction is its best variant
+            base = (p.settings.mode, p.settings.truncation if p.settings.mode == "fast" else "")
+            if base not in seen:
+                seen.add(base)
+                rows.append(_row(p, workload, limit_costs))
+
+        t0 = time.perf_counter()
+        validation = []
+        for row in rows[: cfg.validate_top]:
+            s = row["settings"]
+            log(f"validating {row['label']} ({cfg.samples} valid transitions after a warm-up) ...")
+            summary = await measure_mode(
+                replace(bench, alpha=s["alpha"]),
+                pool,
+                runner_for(pool, hidden, weights, cfg.seed),
+                s["mode"],
+                clips,
+                cfg.seed,
+                warmup_samples=max(cfg.warmup_steps * clips, 1),
+                samples=cfg.samples,
+                locality=s["locality"],
+                prefetch=s["prefetch"],
+                truncation=s["truncation"],
+            )
+            measured = float(summary["effective_throughput"])
+            validation.append(
+                {
+                    "label": row["label"],
+                    "predicted_effective_throughput": row["effective_throughput"],
+                    "measured_effective_throughput": measured,
+                    "ratio": measured / row["effective_throughput"] if row["effective_throughput"] > 0 else math.nan,
+                    "predicted_eta": row["eta"],
+                    "measured_eta": float(summary["validity"]),
+                    "predicted_slot_resets_per_1k_valid": row["slot_resets_per_1k_valid"],
+                    "measured_slot_resets_per_1k_valid": float(summary["slot_resets_per_1k_valid"]),
+                    "measured": summary,
+                }
+            )
+        validate_s = time.perf_counter() - t0
+
+        best = rows[0]
+        return {
+            "config": cfg.model_dump(mode="json"),
+            "workload": {
+                "simulators": external.record() if external is not None else {"preset": cfg.preset},
+                "servers": [pool.servers[i].address for i in used],
+                "clips": clips,
+                "slots_per_server": workload.slots_per_server,
+                "policy": policy,
+                "machine": f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}",
+            },
+            "probes": {
+                str(i): {
+                    "costs": asdict(workload.server_costs(j)),
+                    "call_s": probes[i].call_s,
+                    "findings": probes[i].findings,
+                    "figures": {name: asdict(m) for name, m in probes[i].figures.items()},
+                }
+                for j, i in enumerate(used)
+            },
+            "inference": inference,
+            "call_s": {"one_call": one_call_s, "row": row_call_s, "used": workload.call_s},
+            "episode_lengths": _lengths_record(lengths),
+            "alpha": {
+                "best": alpha,
+                "grid": [{"alpha": p.settings.alpha, "effective_throughput": p.effective_throughput} for p in grid],
+            },
+            "ranking": rows,
+            "predictions": [_row(p, workload, limit_costs) for p in ranked],
+            "recommended": {
+                "mode": best["settings"]["mode"],
+                "label": best["label"],
+                "alpha": best["settings"]["alpha"] if best["settings"]["mode"] == "fast" else None,
+                "truncation": best["settings"]["truncation"] if best["settings"]["mode"] == "fast" else None,
+                "t_max": cfg.t_max if best["settings"]["mode"] == "fast" else None,
+                "prefetch": best["settings"]["prefetch"],
+                "locality": best["settings"]["locality"],
+            },
+            "validation": validation,
+            "timings_s": {"probe": probe_s, "lengths": lengths_s, "predict": predict_s, "validate": validate_s},
+        }
+
+
+def _time_inference(runner, pool, batch: int) -> dict:
+    """The forward pass's time for one observation and for a server's `batch`: what the model charges
+    the broker's thread (`inference_s + batch * inference_per_obs_s`)."""
+    shape = tuple(pool.observation_space.shape)
+
+    def median_s(k: int) -> float:
+        obs = np.zeros((k, *shape), dtype=np.float32)
+        runner.act(obs)  # a first call warms the caches up
+        times = []
+        for _ in range(INFERENCE_CALLS):
+            t = time.perf_counter()
+            runner.act(obs)
+            times.append(time.perf_counter() - t)
+        return float(np.median(times))
+
+    one = median_s(1)
+    per_obs = max(median_s(batch) - one, 0.0) / (batch - 1) if batch > 1 else 0.0
+    return {"inference_s": max(one - per_obs, 0.0), "inference_per_obs_s": per_obs, "batch": batch}
+
+
+async def _time_rows(pool, runner, slots: np.ndarray, inference: dict, seed: int) -> float:
+    """The broker's own part of a lock-step row (seconds): a forward pass per server, then one Step
+    call per server at once, as the rounds make them (broker/samplers/rounds.py), less the slowest
+    server's time and the forward passes' modelled time. `probe_server`'s `call_s` is one call's alone;
+    a row of several servers' calls from one event loop costs the broker more (docs/advisor.md)."""
+    groups = [slots[pool.slot_server[slots] == s] for s in np.unique(pool.slot_server[slots])]
+    obs = np.zeros((slots.size, *pool.observation_space.shape), dtype=np.float32)
+    seeds = iter(range(seed * 1_000_003 + 500_000, seed * 1_000_003 + 600_000))
+    extra = []
+    for _ in range(ROWS):
+        started = time.perf_counter()
+        actions = np.concatenate([runner.act(obs[np.isin(slots, group)]).env_actions for group in groups])
+        result = await pool.step(slots, actions)
+        wall = time.perf_counter() - started
+        if result.failed.any():
+            raise ProbeError(f"a Step of slots {slots.tolist()} failed")
+        modelled = sum(inference["inference_s"] + g.size * inference["inference_per_obs_s"] for g in groups)
+        extra.append(wall - result.server_s - modelled)
+        obs = result.observations.astype(np.float32, copy=False)
+        ended = slots[result.terminated | result.truncated]
+        if ended.size:  # untimed: the same clip again, whose map the server has cached
+            clips = np.zeros(ended.size, dtype=np.int64)
+            await pool.reset(ended, clips, np.array([next(seeds) for _ in ended], dtype=np.int64), batched=True)
+    return max(float(np.median(extra)), 0.0)
+
+
+def _limit_costs(costs) -> Costs:
+    """The probed costs as the limit of jobs/bench/limits.py takes them."""
+    return Costs(
+        reset_fixed_s=costs.reset_fixed_s,
+        reset_fixed_exclusive=costs.reset_exclusive,
+        map_load_s=costs.map_load_s,
+        map_load_cached_s=costs.map_load_cached_s,
+        map_load_shared=costs.loads_shared,
+        reset_blocks_steps=costs.reset_blocks_steps,
+    )
+
+
+def _row(p: Prediction, workload: Workload, costs: Costs) -> dict:
+    """A prediction with the limit its pattern meets under the probed costs (jobs/bench/limits.py)."""
+    per_server = workload.slots_per_server
+    pattern = Pattern(
+        slots=workload.num_slots,
+        servers=workload.servers,
+        step_latency_s=workload.server_costs(0).step_call_s(per_server, loading=False),
+        eta=p.eta,
+        resets_per_valid=p.slot_resets_per_1k_valid / 1000.0,
+        reset_calls_per_valid=p.reset_calls_per_1k_valid / 1000.0,
+        hit_rate=p.cache_hit_rate if math.isfinite(p.cache_hit_rate) else 0.0,
+    )
+    limit = pattern_limit(costs, pattern)
+    return {**p.as_dict(), "limit": limit.limit, "limit_binding": limit.binding}
+
+
+def _lengths_record(lengths) -> dict:
+    cdf = np.cumsum(lengths.probabilities)
+
+    def quantile(q: float) -> int:
+        return int(lengths.values[min(int(np.searchsorted(cdf, q)), lengths.values.size - 1)])
+
+    return {
+        "mean": lengths.mean,
+        "longest": lengths.longest,
+        "p10_p50_p90": [quantile(q) for q in (0.1, 0.5, 0.9)],
+        "values": lengths.values.tolist(),
+        "probabilities": lengths.probabilities.tolist(),
+    }
+
+
+def json_safe(value):
+    """`value` with every NaN or infinity as None (JSON has neither), numpy scalars as Python's."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -1,0 +1,173 @@
+"""`fast advise` (jobs/advise/): its options are AdviseConfig's; a run as a user starts it on the built-in
+workload (the JSON's structure, predictions positive and ranked, the best two validated) and on an external
+server; bad input refused with the option named, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import typer
+from conftest import sim_server
+from pydantic import TypeAdapter
+from typer.testing import CliRunner
+
+import jobs.cli as cli
+from fast.settings import cli_default, flag_name, parse_cli_value
+from jobs.advise.config import AdviseConfig
+
+BASE_MODES = {"sc", "autoreset", "sgr", "ver", "fast+carry", "fast+reset"}
+
+
+def _advise(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "fast", "advise", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _strict(text: str) -> dict:
+    """JSON as a strict parser reads it: NaN and Infinity are not JSON."""
+
+    def refuse(constant: str):
+        raise AssertionError(f"{constant} in the JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _base(label: str) -> str:
+    """fast+carry+locality+prefetch -> fast+carry; ver+prefetch -> ver."""
+    parts = label.split("+")
+    return "+".join(parts[:2]) if parts[0] == "fast" else parts[0]
+
+
+# -- the options --------------------------------------------------------------------------------------
+
+
+def test_every_advise_setting_has_one_option_with_the_models_default_and_help() -> None:
+    params = {p.name: p for p in typer.main.get_command(cli.app).commands["advise"].params}
+    assert set(params) == {*AdviseConfig.model_fields, "config", "json_path"}
+    for name, field in AdviseConfig.model_fields.items():
+        param = params[name]
+        assert flag_name(name, field) in param.opts, name
+        assert field.description, name
+        assert param.default == cli_default(field), name
+        shown = parse_cli_value(name, field, param.default)
+        if shown is not None:
+            assert TypeAdapter(field.annotation).validate_python(shown) == field.get_default(), name
+
+
+# -- bad input: exit 2, the option named, no traceback --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--preset", "fastest"], "preset='fastest': use one of off, calibrated, parallel"),
+        (["--clips", "0"], "clips=0: Input should be greater than or equal to 1"),
+        (["--simulators", "127.0.0.1:1", "--preset", "parallel"], "--preset does not apply with --simulators"),
+        (["--simulators", "no-port-here"], "simulator address 'no-port-here': expected HOST:PORT"),
+        (["--checkpoint", "/no/such/dir"], "checkpoint /no/such/dir is not a directory"),
+    ],
+)
+def test_bad_settings_exit_2_naming_the_option(argv: list[str], message: str) -> None:
+    result = CliRunner().invoke(cli.app, ["advise", *argv])
+    assert result.exit_code == 2, result.output
+    assert message in result.output, result.output
+
+
+def test_a_simulator_name_that_does_not_resolve_exits_2_with_a_message() -> None:
+    done = _advise("--simulators", "dns:///no-such-simulator.invalid:50051", timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "--simulators dns:///no-such-simulator.invalid:50051: the name does not resolve" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow  # jobs/external.py asks a server that does not answer again for 30 s (it may be starting)
+def test_an_unreachable_simulator_exits_2_with_a_message() -> None:
+    with sim_server("--slots", "1") as server:
+        address = server.address
+    done = _advise("--simulators", address, timeout=120)  # the port is closed now
+    assert done.returncode == 2, done.stderr
+    assert f"simulator {address} did not answer Describe" in done.stderr and "Check --simulators" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+# -- runs as a user starts them -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def advised(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
+    """`fast advise --json PATH` with the default settings: the built-in workload, calibrated, 10 clips."""
+    path = tmp_path_factory.mktemp("advise") / "advise.json"
+    done = _advise("--json", str(path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done, _strict(path.read_text())
+
+
+@pytest.mark.slow
+def test_advise_on_the_built_in_workload_finishes_and_validates_two_modes(advised) -> None:
+    done, result = advised
+    assert "recommended: --mode" in done.stdout and "validated (the real samplers, briefly)" in done.stdout
+    validation = result["validation"]
+    assert [v["label"] for v in validation] == [row["label"] for row in result["ranking"][:2]]
+    for v in validation:
+        assert v["measured_effective_throughput"] > 0 and v["measured"]["valid_transitions"] >= 1024
+        assert v["ratio"] == pytest.approx(v["measured_effective_throughput"] / v["predicted_effective_throughput"])
+        assert f"{v['ratio']:.2f}" in done.stdout
+    assert result["wall_s"] > 0 and f"took {result['wall_s']:.1f} s" in done.stdout
+
+
+@pytest.mark.slow
+def test_advise_json_holds_the_probes_and_every_mode_ranked(advised) -> None:
+    _, result = advised
+    assert result["workload"]["clips"] == 10 and len(result["workload"]["servers"]) == 2
+    assert set(result["probes"]) == {"0", "1"}
+    for probe in result["probes"].values():
+        assert probe["costs"]["step_s"] > 0.001  # calibrated: 1.6 ms a step
+        assert probe["costs"]["map_load_s"] > 0.05  # ... and 123 ms a map load
+        assert set(probe["findings"]) == {"reset_exclusive", "loads_shared", "reset_blocks_steps", "prepare_hides_load"}
+        assert {"median", "mean", "spread", "n"} <= set(probe["figures"]["step_1"])
+    lengths = result["episode_lengths"]
+    assert math.fsum(lengths["probabilities"]) == pytest.approx(1.0) and lengths["mean"] >= 1
+    assert result["alpha"]["best"] in [g["alpha"] for g in result["alpha"]["grid"]]
+
+    ranking = result["ranking"]
+    assert {_base(row["label"]) for row in ranking} == BASE_MODES and len(ranking) == len(BASE_MODES)
+    for rows in (ranking, result["predictions"]):
+        throughputs = [row["effective_throughput"] for row in rows]
+        assert all(t > 0 for t in throughputs) and throughputs == sorted(throughputs, reverse=True)
+        assert all(0 < row["eta"] <= 1 and row["limit"] > 0 for row in rows)
+    fast = [row for row in ranking if row["settings"]["mode"] == "fast"]
+    assert all(row["settings"]["alpha"] == result["alpha"]["best"] for row in fast)
+    recommended = result["recommended"]
+    assert recommended["label"] == ranking[0]["label"]
+    assert recommended["prefetch"] == ranking[0]["settings"]["prefetch"]
+
+
+@pytest.mark.slow
+def test_advise_on_an_external_server_writes_json_to_stdout() -> None:
+    with sim_server("--slots", "3", "--cost-preset", "off") as server:
+        done = _advise(
+            "--simulators",
+            server.address,
+            "--length-samples",
+            "300",
+            "--samples",
+            "128",
+            "--warmup-steps",
+            "10",
+            "--probe-repeats",
+            "2",
+            "--json",
+            "-",
+            timeout=180,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = _strict(done.stdout)  # the table went to stderr
+    assert "recommended: --mode" in done.stderr
+    assert result["workload"]["simulators"]["specs"] == [server.address]
+    assert result["workload"]["clips"] == 3 and len(result["validation"]) == 2
+    assert all(v["measured_effective_throughput"] > 0 for v in result["validation"])
