@@ -83,7 +83,6 @@ def _lines(path: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.chaos
 @pytest.mark.timeout(RESTART_TIMEOUT_S + 20)
 def test_train_with_two_ranks_restarts_the_group_after_a_rank_is_killed(tmp_path: Path) -> None:
     """Learner rank 0 SIGKILLed two versions past its checkpoint of version 3: the group restarts once, every
@@ -110,6 +109,8 @@ def test_train_with_two_ranks_restarts_the_group_after_a_rank_is_killed(tmp_path
         "--eval-episodes-per-clip",
         "0",
         "--no-gateway",
+        "--max-restarts",
+        "3",
     )
     run_dir = tmp_path / "restart"
     first_group: dict[str, int] = {}
@@ -156,7 +157,7 @@ def test_train_with_two_ranks_restarts_the_group_after_a_rank_is_killed(tmp_path
 @pytest.mark.chaos
 @pytest.mark.timeout(RESTART_TIMEOUT_S + 20)
 def test_train_with_no_restarts_left_fails_when_a_rank_dies(tmp_path: Path) -> None:
-    """--max-restarts 0: the first death fails the run (exit 1) as before restarts existed, nothing left running."""
+    """--max-restarts 0, the default: the first death fails the run (exit 1), nothing left running."""
     process = fast_train(
         tmp_path,
         "no-restart",
@@ -175,8 +176,6 @@ def test_train_with_no_restarts_left_fails_when_a_rank_dies(tmp_path: Path) -> N
         "--eval-episodes-per-clip",
         "0",
         "--no-gateway",
-        "--max-restarts",
-        "0",
     )
     run_dir = tmp_path / "no-restart"
     try:

@@ -101,8 +101,10 @@ class TrainConfig(Settings):
     )
     # torchrun's --max-restarts for the group (docs/scaling.md, "Restarting"): when a learner rank or a broker
     # dies mid-run, every rank and broker is stopped and started again, resuming from the newest checkpoint.
+    # 0 by default, as torchrun's: a death that a restart cannot cure (simulators gone, a bad setting)
+    # fails the run at once instead of N times over; a long run asks for restarts.
     max_restarts: int = Field(
-        3,
+        0,
         ge=0,
         le=100,
         description="Restarts of the whole group (every learner rank and broker) after one of them dies mid-run, "
