@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import ipaddress
-import json
 import logging
 import os
 import stat
@@ -20,14 +19,12 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-import yaml
 from conftest import SESSION_TOKEN_FILE
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from test_train import TINY, assert_all_gone, finish, recorded_pids
 
 from broker.pool import SimulatorPool
 from fast import auth
@@ -423,36 +420,4 @@ def test_tls_settings_need_a_certificate_and_its_key(tmp_path: Path) -> None:
         SimServerConfig(tls_ca=tmp_path / "ca.pem")
 
 
-# -- fast train: a token per run ------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_train_runs_with_a_token_of_its_own(tmp_path: Path) -> None:
-    # The user's environment names a token file that does not exist: if `fast train` or any of
-    # its services used the environment's token instead of the run's, the run would fail.
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", auth.TOKEN_FILE_ENV: str(tmp_path / "no-such-token")}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "fast", "train", "--runs-dir", str(tmp_path), "--name", "authed"]
-        + ["--iterations", "1", *TINY],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    code, output = finish(process, 100)
-    assert code == 0, output[-3000:]
-    run_dir = tmp_path / "authed"
-    token_file = run_dir / "token"
-    token = token_file.read_text().strip()
-    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600 and len(token) >= 40
-    assert token != TOKEN
-    # Printed once, in the dashboard URL's fragment (docs/security.md), and nowhere else.
-    assert output.count(token) == 1 and f"/#token={token}" in output
-    config_text = (run_dir / "config.yaml").read_text()
-    assert token not in config_text
-    config = yaml.safe_load(config_text)
-    for entry in config["processes"].values():
-        assert f"{auth.TOKEN_FILE_ENV}={token_file}" in entry["command"]
-    assert json.loads((run_dir / "outcome.json").read_text())["outcome"] == "done"
-    assert (run_dir / "eval.json").exists()
-    assert_all_gone(recorded_pids(run_dir))
+# `fast train` runs with a token of its own, not the environment's: tests/test_train.py's run test.

@@ -150,6 +150,17 @@ def test_train_with_two_ranks_restarts_the_group_after_a_rank_is_killed(tmp_path
     processes = yaml.safe_load((run_dir / "config.yaml").read_text())["processes"]
     assert f"--first-iteration {resumed}" in processes["broker"]["command"]
     assert f"--first-iteration {resumed}" in processes["broker-1"]["command"]
+    # A broker per learner rank, each on its share of the servers (dealt round-robin), feeding its rank.
+    assert sorted(processes) == ["broker", "broker-1", "learner", "learner-1", "sim-server-0", "sim-server-1"]
+    commands = {name: entry["command"] for name, entry in processes.items()}
+    assert "--world-size 2 --rank 0" in commands["learner"] and "--world-size 2 --rank 1" in commands["learner-1"]
+    assert f"--simulators {processes['sim-server-0']['address']} " in commands["broker"]
+    assert f"--simulators {processes['sim-server-1']['address']} " in commands["broker-1"]
+    assert f"--learner {processes['learner-1']['address']} " in commands["broker-1"]
+    # One update over both brokers' batches: both ranks report the same statistics of the union.
+    ranks = [_lines(directory / "metrics.jsonl") for directory in (run_dir, run_dir / "rank-1")]
+    assert [m["learner"]["num_valid"] for m in ranks[0]] == [m["learner"]["num_valid"] for m in ranks[1]]
+    assert all(m["learner"]["num_valid"] >= 2 * 64 for m in ranks[0])
     assert_all_gone(recorded_pids(run_dir) | first_group)
 
 
