@@ -5,7 +5,12 @@ the settings that turn it on.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +18,7 @@ import pytest
 from broker.advisor import EpisodeLengths, ModeSettings, SimulatorCosts, Workload, predict
 from broker.advisor.auto_alpha import AutoAlpha, IterationCosts, alpha_grid, fit_reset
 from broker.config import BrokerConfig
+from broker.settings import RunSettings, SettingError, changes
 from jobs.train.config import TrainConfig
 
 SLOTS = 8
@@ -216,3 +222,42 @@ def test_bad_alpha_settings_name_the_setting(given: dict, message: str) -> None:
         BrokerConfig(**BROKER, **given)
     with pytest.raises(ValueError, match=re.escape(message)):
         TrainConfig(**given)
+
+
+def test_a_number_for_alpha_turns_auto_off_and_alpha_auto_turns_it_on() -> None:
+    auto = RunSettings(0.5, 200, 64, alpha_auto=True)
+    manual = auto.updated(alpha=0.3)
+    assert manual == RunSettings(0.3, 200, 64, alpha_auto=False)
+    assert changes(auto, manual) == [
+        {"name": "alpha", "old_value": 0.5, "new_value": 0.3},
+        {"name": "alpha_auto", "old_value": True, "new_value": False},
+    ]
+    assert manual.updated(alpha_auto=True) == RunSettings(0.3, 200, 64, alpha_auto=True)
+    with pytest.raises(SettingError, match="alpha_auto is 'yes'; allowed: true or false"):
+        manual.updated(alpha_auto="yes")
+
+
+# --- end to end ------------------------------------------------------------------------------------
+
+# tests/test_train.py's tiny run.
+TINY = ["--servers", "2", "--slots", "2", "--samples-per-iteration", "128", "--update-epochs", "1"]
+TINY += ["--eval-episodes-per-clip", "1"]
+
+
+@pytest.mark.slow
+def test_train_with_alpha_auto_records_a_choice_per_iteration_within_the_bounds(tmp_path: Path) -> None:
+    bounds = ["--alpha-min", "0.2", "--alpha-max", "0.8"]
+    command = [sys.executable, "-m", "fast", "train", "--runs-dir", str(tmp_path), "--name", "auto"]
+    command += ["--mode", "fast", "--alpha", "auto", *bounds, "--iterations", "3", *TINY]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=150, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    lines = [json.loads(line) for line in (tmp_path / "auto" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["iteration"] for m in lines] == [1, 2, 3]
+    for m in lines:
+        assert m["settings"]["alpha_auto"] is True and 0.2 <= m["settings"]["alpha"] <= 0.8
+        assert m["alpha_auto"]["alpha"] == m["settings"]["alpha"] and m["alpha_auto"]["grid"][::3] == [0.2, 0.5, 0.8]
+    assert [m["alpha_auto"]["source"] for m in lines] == ["prior", "model", "model"]
+    assert lines[0]["settings"]["alpha"] == 0.5
+    assert all(m["alpha_auto"]["episodes"] > 0 and m["alpha_auto"]["decision_s"] > 0 for m in lines[1:])
