@@ -2,15 +2,41 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
+import math
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from broker.dealer import HOLDOUT_EVERY
 from broker.samplers import ModeName
 from broker.samplers.fast import Truncation
 from fast.addresses import Shard
+from fast.quoting import quote
 from fast.tls import TlsSettings
 
 ENV_PREFIX = "FAST_BROKER_"
+
+
+def _alpha(value):
+    """A number in (0, 1] (or text that reads as one), or "auto"; anything else names the setting."""
+    if value == "auto":
+        return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (isinstance(value, (int, float, str)) and not isinstance(value, bool) and 0.0 < number <= 1.0):
+        raise ValueError(f"alpha is {quote(value)}: give a number in (0, 1] or auto")
+    return number
+
+
+# alpha: a number in (0, 1], or "auto" (BrokerConfig.alpha); the one check of both, for every model that has it.
+Alpha = Annotated[float | Literal["auto"], BeforeValidator(_alpha)]
+
+
+def check_alpha_bounds(alpha_min: float, alpha_max: float) -> None:
+    if alpha_min > alpha_max:
+        raise ValueError(f"alpha_min={alpha_min:g} is above alpha_max={alpha_max:g}; give alpha_min <= alpha_max")
 
 
 class BrokerConfig(TlsSettings):
@@ -34,12 +60,15 @@ class BrokerConfig(TlsSettings):
     port: int = Field(0, ge=0, le=65535, description="Port of the control API; 0 picks a free one and prints it.")
     # Sampling.
     mode: ModeName = Field("fast", description="Sampling mode (broker/samplers/):")
-    alpha: float = Field(
+    # A number, or "auto": the run chooses alpha at each iteration boundary within [alpha_min, alpha_max]
+    # from its own measured costs and episode lengths (broker/advisor/auto_alpha.py, docs/advisor.md).
+    alpha: Alpha = Field(
         0.5,
-        gt=0.0,
-        le=1.0,
-        description="DPSA: a round ends when this share of its clips has terminated (or at t_max steps).",
+        description="DPSA: a round ends when this share of its clips has terminated (or at t_max steps); "
+        "auto: chosen each iteration within alpha_min..alpha_max from the run's own costs and episode lengths.",
     )
+    alpha_min: float = Field(0.1, gt=0.0, le=1.0, description="alpha auto: the lowest alpha it may choose.")
+    alpha_max: float = Field(1.0, gt=0.0, le=1.0, description="alpha auto: the highest alpha it may choose.")
     t_max: int = Field(
         200, ge=1, description="DPSA: a round ends at this many steps (or when alpha of its clips terminated)."
     )
@@ -136,4 +165,5 @@ class BrokerConfig(TlsSettings):
             raise ValueError("simulators is empty; give --simulators HOST:PORT[,HOST:PORT...] or dns:///NAME:PORT")
         if not self.learner:
             raise ValueError("learner is empty; give --learner HOST:PORT")
+        check_alpha_bounds(self.alpha_min, self.alpha_max)
         return self

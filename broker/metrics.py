@@ -9,6 +9,9 @@ import numpy as np
 
 from fast.v1 import simulator_pb2 as pb
 
+# Episode ends that say only that the episode lasted at least its length.
+CENSORING_ENDS = ("cut", "fault")
+
 
 @dataclass
 class IterationStats:
@@ -34,9 +37,16 @@ class IterationStats:
     episode_ends: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # terminated / clip_end / cut
     episode_returns: list[float] = field(default_factory=list)  # episodes the env ended (terminated, clip end)
     closed_loop: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    # For --alpha auto (broker/advisor/auto_alpha.py), not in the summary: which of episode_lengths were
+    # censored (cut or lost to a fault: they lasted at least that), the lengths of the episodes still
+    # running at the iteration's end, and each round's batched Reset (slots on its busiest server, wall s).
+    episode_censored: list[bool] = field(default_factory=list)
+    running_lengths: list[int] = field(default_factory=list)
+    round_resets: list[tuple[int, float]] = field(default_factory=list)
 
     def record_episode(self, length: int, cause: str, summary: pb.EpisodeSummary | None = None) -> None:
         self.episode_lengths.append(int(length))
+        self.episode_censored.append(cause in CENSORING_ENDS)
         self.episode_ends[cause] += 1
         if summary is not None:
             self.episode_returns.append(float(summary.episode_return))

@@ -19,15 +19,18 @@ import json
 import logging
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
 import numpy as np
 
+from broker.advisor.auto_alpha import PRIOR_ALPHA, AlphaChoice, AutoAlpha, IterationCosts
 from broker.config import BrokerConfig
 from broker.dealer import ClipDealer, pool_locality
 from broker.histogram import EPISODE_LENGTH_BOUNDS, EPISODE_RETURN_BOUNDS, CumulativeHistogram
 from broker.history import MetricsHistory
+from broker.metrics import IterationStats
 from broker.policy_runner import PolicyRunner
 from broker.pool import PoolTimeouts, ServerHandle, SimulatorPool
 from broker.retry import RetryExpired, retry
@@ -91,7 +94,14 @@ class BrokerRun:
         # The settings in force, those accepted for the next boundary, and the changes the next
         # metrics line reports (those applied at a boundary whose iteration was refused as stale
         # wait for the iteration that is learnt from).
-        self.settings = RunSettings(config.alpha, config.t_max, config.samples_per_iteration)
+        # alpha auto (fast only): the window of the run's costs and episode lengths, made once the pool
+        # is known, and the choice in force (broker/advisor/auto_alpha.py).
+        auto = config.alpha == "auto"
+        alpha = min(max(PRIOR_ALPHA, config.alpha_min), config.alpha_max) if auto else config.alpha
+        self.settings = RunSettings(alpha, config.t_max, config.samples_per_iteration, alpha_auto=auto)
+        self._auto: AutoAlpha | None = None
+        self._choice: AlphaChoice | None = None  # the decision the iteration in flight samples with
+        self._next_choice: AlphaChoice | None = None  # made while the learner updated, for the next boundary
         self.pending_settings: RunSettings | None = None
         self._unreported_changes: list[dict] = []
         self._last_learner_stats: dict | None = None
@@ -140,18 +150,26 @@ class BrokerRun:
         self._pending_addresses.append(address)
 
     def update_settings(
-        self, *, alpha: float | None = None, t_max: int | None = None, samples_per_iteration: int | None = None
+        self,
+        *,
+        alpha: float | None = None,
+        t_max: int | None = None,
+        samples_per_iteration: int | None = None,
+        alpha_auto: bool | None = None,
     ) -> tuple[RunSettings, int]:
         """Accept new settings (None keeps one) for the next iteration boundary.
 
         Returns the settings that will be in force and the first iteration sampled with them.
         SettingError names a value out of range; ControlRefused when the run is over. Updates
-        before one boundary add up: the last value given for each setting wins.
+        before one boundary add up: the last value given for each setting wins. A number for alpha
+        turns alpha_auto off; alpha_auto true turns it on (from the next boundary's choice).
         """
         if self.state.finished:
             raise ControlRefused(f"the run is {self.state.value}; its settings no longer change")
         base = self.pending_settings or self.settings
-        self.pending_settings = base.updated(alpha=alpha, t_max=t_max, samples_per_iteration=samples_per_iteration)
+        self.pending_settings = base.updated(
+            alpha=alpha, t_max=t_max, samples_per_iteration=samples_per_iteration, alpha_auto=alpha_auto
+        )
         return self.pending_settings, self.next_boundary_iteration
 
     @property
@@ -243,6 +261,18 @@ class BrokerRun:
             self.pool.num_clips, holdout_every=self.config.holdout_every, seed=self.config.seed, locality=locality
         )
         self._sampler = self._make_sampler()
+        if self.config.mode == "fast":
+            c = self.config
+            self._auto = AutoAlpha(
+                c.alpha_min, c.alpha_max, *self._pool_shape(), c.t_max, c.samples_per_iteration, c.truncation
+            )
+            if self.settings.alpha_auto:
+                self._choice = self._auto.choose()
+
+    def _pool_shape(self) -> tuple[int, int]:
+        """(servers, slots per server) of the attached servers, as the advisor's model takes them (even)."""
+        servers = [s for s in self.pool.servers if not s.draining and not s.dropped] or self.pool.servers
+        return len(servers), max(1, math.ceil(sum(s.num_slots for s in servers) / len(servers)))
 
     async def _first_addresses(self, deadline: float) -> list[str]:
         """The servers of `simulators` this broker drives: HOST:PORT entries, and its shard of each dns:///
@@ -275,12 +305,28 @@ class BrokerRun:
         self._in_iteration = True
         if self.pending_settings is not None:
             new, self.pending_settings = self.pending_settings, None
+            if new.alpha_auto and self.settings.alpha_auto:  # alpha is the choice's, not a change asked for
+                new = replace(new, alpha=self.settings.alpha)
             self._unreported_changes += changes(self.settings, new)
             self.settings = new
             self._sampler.apply_settings(
                 samples_per_iteration=new.samples_per_iteration, alpha=new.alpha, t_max=new.t_max
             )
             log.info("settings from iteration %d: %s", self.iteration + 1, new.as_dict())
+        self._choose_alpha()
+
+    def _choose_alpha(self) -> None:
+        """alpha auto: the choice made while the learner updated (the first boundary's: the prior) is in
+        force from this boundary; an alpha choice is not a settings change (metrics' `alpha_auto` has it)."""
+        if self._auto is None or not self.settings.alpha_auto:
+            self._choice = None
+            return
+        choice, self._next_choice = self._next_choice or self._choice or self._auto.choose(), None
+        self._choice = choice
+        if choice.alpha != self.settings.alpha:
+            self.settings = replace(self.settings, alpha=choice.alpha)
+            s = self.settings
+            self._sampler.apply_settings(samples_per_iteration=s.samples_per_iteration, alpha=s.alpha, t_max=s.t_max)
 
     async def _remove_detached_servers(self) -> bool:
         """Take the draining servers out of the pool (their last batch was submitted); True if any left."""
@@ -355,7 +401,11 @@ class BrokerRun:
         version = self.runner.version
         batch, stats = await self._sampler.sample()
         sampling = stats.summary()
-        reply = await self._submit(batch, version)
+        deciding = self._decide_next_alpha(stats)
+        try:
+            reply = await self._submit(batch, version)
+        finally:
+            self._next_choice = await _choice_of(deciding)
         if reply is None:  # stale: the learner moved on; sample again with its policy
             return
         self.runner.load(reply.policy.version, reply.policy.weights)
@@ -376,6 +426,8 @@ class BrokerRun:
             "learner": learner,
             "settings": self.settings.as_dict(),
         }
+        if self._choice is not None:
+            metrics["alpha_auto"] = self._choice.as_dict()
         changed = self._unreported_changes + learner_changes(self._last_learner_stats, reply.stats)
         if changed:
             metrics["settings_changed"] = changed
@@ -386,6 +438,29 @@ class BrokerRun:
             self._metrics_file.parent.mkdir(parents=True, exist_ok=True)
             with self._metrics_file.open("a") as f:
                 f.write(json.dumps(metrics, default=_json_default) + "\n")
+
+    def _decide_next_alpha(self, stats: IterationStats) -> asyncio.Future | None:
+        """alpha auto: this iteration's figures into the window, and the next alpha chosen in a thread
+        while the learner updates on the batch (the model costs a fraction of a second; docs/advisor.md)."""
+        if self._auto is None or stats.num_slots == 0:
+            return None
+        self._auto.observe(
+            IterationCosts(
+                rows=stats.transitions // stats.num_slots,
+                wall_s=stats.wall_s,
+                reset_wall_s=stats.reset_wall_s,
+                inference_s=stats.inference_s,
+                round_resets=tuple(stats.round_resets),
+            ),
+            list(zip(stats.episode_lengths, stats.episode_censored)),
+            stats.running_lengths,
+        )
+        self._auto.servers, self._auto.slots_per_server = self._pool_shape()
+        self._auto.samples_per_iteration = self.settings.samples_per_iteration
+        self._auto.t_max = self.settings.t_max
+        if not self.settings.alpha_auto:  # observed all the same: turned on later, it starts from the run so far
+            return None
+        return asyncio.ensure_future(asyncio.to_thread(self._auto.choose))
 
     async def _submit(self, batch: dict[str, np.ndarray], version: int):
         deadline = time.monotonic() + self.config.learner_wait_s
@@ -431,6 +506,18 @@ class BrokerRun:
         except grpc.aio.AioRpcError as exc:
             error = exc
         raise RunFailed(f"learner: {error.code().name}: {error.details()}")
+
+
+async def _choice_of(deciding: asyncio.Future | None) -> AlphaChoice | None:
+    """The decision made while the learner updated; None (the alpha in force stays) if there was none or
+    the model failed on this window: a run does not stop for its advisor."""
+    if deciding is None:
+        return None
+    try:
+        return await deciding
+    except (ValueError, ArithmeticError) as exc:
+        log.warning("alpha auto: no choice this iteration, alpha stays: %s", exc)
+        return None
 
 
 def _json_default(value):

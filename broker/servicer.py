@@ -84,7 +84,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     async def UpdateSettings(self, request, context) -> pb.UpdateSettingsResponse:
         given = {
             name: getattr(request, name) if request.HasField(name) else None
-            for name in ("alpha", "t_max", "samples_per_iteration")
+            for name in ("alpha", "t_max", "samples_per_iteration", "alpha_auto")
         }
         try:
             settings, effective = self.run.update_settings(**given)

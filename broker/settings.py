@@ -3,6 +3,8 @@
 Which modes read which setting (broker/samplers/):
 
     alpha                  fast only (DPSA's termination rate)
+    alpha_auto             fast only: alpha chosen at each iteration boundary (broker/advisor/auto_alpha.py);
+                           a number given for alpha turns it off
     t_max                  fast only (DPSA's round length cap; sgr's rounds end at the first episode end)
     samples_per_iteration  every mode
 
@@ -33,20 +35,34 @@ class RunSettings:
     alpha: float  # DPSA: truncate when the termination rate reaches alpha, in (0, 1]
     t_max: int  # DPSA: ... or when the round reaches t_max steps, >= 1
     samples_per_iteration: int  # valid transitions per iteration (at least), >= 1
+    alpha_auto: bool = False  # alpha chosen at each boundary (broker/advisor/auto_alpha.py); fast only
 
-    def as_dict(self) -> dict[str, float | int]:
+    def as_dict(self) -> dict[str, float | int | bool]:
         return asdict(self)
 
     def updated(
-        self, *, alpha: float | None = None, t_max: int | None = None, samples_per_iteration: int | None = None
+        self,
+        *,
+        alpha: float | None = None,
+        t_max: int | None = None,
+        samples_per_iteration: int | None = None,
+        alpha_auto: bool | None = None,
     ) -> RunSettings:
-        """These settings with the given ones replaced (each checked: SettingError); None keeps a value."""
-        given = {"alpha": alpha, "t_max": t_max, "samples_per_iteration": samples_per_iteration}
+        """These settings with the given ones replaced (each checked: SettingError); None keeps a value.
+        An alpha given as a number turns alpha_auto off, unless alpha_auto is given too."""
+        given = {
+            "alpha": alpha,
+            "t_max": t_max,
+            "samples_per_iteration": samples_per_iteration,
+            "alpha_auto": alpha_auto,
+        }
         given = {name: value for name, value in given.items() if value is not None}
         if not given:
-            raise SettingError("no setting given; set at least one of alpha, t_max, samples_per_iteration")
+            raise SettingError("no setting given; set at least one of alpha, t_max, samples_per_iteration, alpha_auto")
         for name, value in given.items():
             check(name, value)
+        if alpha is not None and alpha_auto is None:
+            given["alpha_auto"] = False
         return replace(self, **given)
 
 
@@ -56,11 +72,13 @@ def check(name: str, value: float | int) -> None:
         ok, allowed = isinstance(value, (int, float)) and math.isfinite(value) and 0.0 < value <= 1.0, "0 < alpha <= 1"
     elif name == "t_max":
         ok, allowed = _is_int(value) and 1 <= value <= MAX_T_MAX, f"an integer in 1..{MAX_T_MAX:,}"
+    elif name == "alpha_auto":
+        ok, allowed = isinstance(value, bool), "true or false"
     elif name == "samples_per_iteration":
         ok = _is_int(value) and 1 <= value <= MAX_SAMPLES_PER_ITERATION
         allowed = f"an integer in 1..{MAX_SAMPLES_PER_ITERATION:,}"
     else:
-        raise SettingError(f"setting {quote(name)} is unknown; use alpha, t_max or samples_per_iteration")
+        raise SettingError(f"setting {quote(name)} is unknown; use alpha, alpha_auto, t_max or samples_per_iteration")
     if not ok:
         raise SettingError(f"{name} is {quote(value)}; allowed: {allowed}")
 

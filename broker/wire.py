@@ -113,7 +113,10 @@ def learner_stats_from_proto(message: learner_pb2.UpdateStats) -> dict:
 
 def settings_to_proto(settings: RunSettings) -> pb.RunSettings:
     return pb.RunSettings(
-        alpha=settings.alpha, t_max=settings.t_max, samples_per_iteration=settings.samples_per_iteration
+        alpha=settings.alpha,
+        t_max=settings.t_max,
+        samples_per_iteration=settings.samples_per_iteration,
+        alpha_auto=settings.alpha_auto,
     )
 
 
@@ -124,6 +127,8 @@ def histogram_to_proto(histogram: CumulativeHistogram) -> pb.Histogram:
 
 
 def _cast(field: FieldDescriptor, value):
+    if field.type == FieldDescriptor.TYPE_BOOL:
+        return bool(value)
     if field.type == FieldDescriptor.TYPE_STRING:
         return str(value)
     if field.type == FieldDescriptor.TYPE_DOUBLE:

@@ -6,7 +6,7 @@ defines the metrics here too. Floats a service may leave undefined (NaN) are nul
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -58,6 +58,7 @@ class RunSettings(_Answer):
     alpha: float | None = Field(description="DPSA: truncate when the termination rate reaches alpha")
     t_max: int = Field(description="Truncate the round at t_max steps")
     samples_per_iteration: int = Field(description="Valid transitions per iteration (at least)")
+    alpha_auto: bool = Field(False, description="alpha is chosen at each iteration (mode fast; docs/advisor.md)")
 
 
 class SettingChange(_Answer):
@@ -296,7 +297,9 @@ class ConfigPatch(_Body):
     """Live changes; an absent field keeps its value. Broker settings apply from the next iteration,
     the learner's from its next update."""
 
-    alpha: float | None = Field(None, gt=0.0, le=1.0, allow_inf_nan=False, description=f"in {ALPHA_RANGE}")
+    alpha: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)] | Literal["auto"] | None = Field(
+        None, description=f"in {ALPHA_RANGE}, or auto: chosen at each iteration (mode fast; a number turns auto off)"
+    )
     t_max: int | None = Field(None, ge=1, le=T_MAX_LIMIT, description=f"1 to {T_MAX_LIMIT}")
     samples_per_iteration: int | None = Field(None, ge=1, le=SAMPLES_LIMIT, description=f"1 to {SAMPLES_LIMIT}")
     learning_rate: float | None = Field(None, gt=0.0, le=1.0, allow_inf_nan=False, description="in (0, 1]")
@@ -310,8 +313,12 @@ class ConfigPatch(_Body):
             )
         return self
 
-    def broker_part(self) -> dict[str, float | int]:
-        return {k: v for k in ("alpha", "t_max", "samples_per_iteration") if (v := getattr(self, k)) is not None}
+    def broker_part(self) -> dict[str, float | int | bool]:
+        part = {k: v for k in ("alpha", "t_max", "samples_per_iteration") if (v := getattr(self, k)) is not None}
+        if part.get("alpha") == "auto":  # UpdateSettings' alpha_auto
+            del part["alpha"]
+            part["alpha_auto"] = True
+        return part
 
     def learner_part(self) -> dict[str, float]:
         return {k: v for k in ("learning_rate", "ent_coef") if (v := getattr(self, k)) is not None}

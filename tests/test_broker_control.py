@@ -294,7 +294,12 @@ def test_status_history_and_watch_until_the_run_stops(stack, tmp_path) -> None:
             lines = _lines(tmp_path)
             done = [lines[i] for i in range(1, reply.iteration + 1)]
             assert _same(metrics_from_proto(reply.last_metrics), done[-1])
-            assert done[-1]["settings"] == {"alpha": 0.5, "t_max": 200, "samples_per_iteration": 64}
+            assert done[-1]["settings"] == {
+                "alpha": 0.5,
+                "t_max": 200,
+                "samples_per_iteration": 64,
+                "alpha_auto": False,
+            }
             assert reply.settings == pb.RunSettings(alpha=0.5, t_max=200, samples_per_iteration=64)
             assert not reply.HasField("pending_settings") and reply.num_slots == 5
             assert reply.transitions_total == sum(m["transitions"] for m in done)
@@ -339,6 +344,35 @@ def test_status_history_and_watch_until_the_run_stops(stack, tmp_path) -> None:
 
 
 @pytest.mark.slow
+def test_update_settings_turns_alpha_auto_on_and_a_number_turns_it_off(stack, tmp_path) -> None:
+    broker = _broker(stack, tmp_path, [stack["sim-a"], stack["sim-b"]])
+    try:
+        with open_blocking_channel(broker.address) as channel:
+            stub = pb_grpc.BrokerStub(channel)
+            _wait(lambda: 1 in _lines(tmp_path), 120, "a first iteration")  # measured before auto is on
+            on = stub.UpdateSettings(pb.UpdateSettingsRequest(alpha_auto=True), timeout=5)
+            assert on.settings.alpha_auto and on.settings.alpha == 0.5
+            auto_from = on.effective_iteration
+            _wait(lambda: auto_from + 1 in _lines(tmp_path), 120, f"iteration {auto_from + 1}")
+            lines = _lines(tmp_path)
+            assert {"name": "alpha_auto", "old_value": False, "new_value": True} in lines[auto_from]["settings_changed"]
+            for i in (auto_from, auto_from + 1):  # chosen from the run so far, as it went
+                assert lines[i]["settings"]["alpha_auto"] and lines[i]["alpha_auto"]["source"] == "model"
+                assert lines[i]["alpha_auto"]["alpha"] == lines[i]["settings"]["alpha"]
+            assert all("alpha_auto" not in lines[i] for i in range(1, auto_from))
+            off = stub.UpdateSettings(pb.UpdateSettingsRequest(alpha=0.7), timeout=5)
+            assert not off.settings.alpha_auto and off.settings.alpha == 0.7
+            _wait(lambda: off.effective_iteration in _lines(tmp_path), 120, f"iteration {off.effective_iteration}")
+            line = _lines(tmp_path)[off.effective_iteration]
+            assert line["settings"]["alpha"] == 0.7 and not line["settings"]["alpha_auto"] and "alpha_auto" not in line
+            assert {"name": "alpha_auto", "old_value": True, "new_value": False} in line["settings_changed"]
+            stub.Control(pb.ControlRequest(action=pb.CONTROL_ACTION_STOP), timeout=5)
+        assert broker.process.wait(timeout=60) == 0
+    finally:
+        broker.stop()
+
+
+@pytest.mark.slow
 def test_update_settings_and_detach_then_register_again(stack, tmp_path) -> None:
     a, b = stack["sim-a"], stack["sim-b"]  # 2 and 3 slots
     broker = _broker(stack, tmp_path, [a, b])
@@ -368,7 +402,12 @@ def test_update_settings_and_detach_then_register_again(stack, tmp_path) -> None
             effective = changed.effective_iteration
             _wait(lambda: effective in _lines(tmp_path), 120, f"iteration {effective}")
             lines = _lines(tmp_path)
-            assert lines[effective]["settings"] == {"alpha": 1.0, "t_max": 200, "samples_per_iteration": 100}
+            assert lines[effective]["settings"] == {
+                "alpha": 1.0,
+                "t_max": 200,
+                "samples_per_iteration": 100,
+                "alpha_auto": False,
+            }
             assert lines[effective]["valid_transitions"] >= 100
             broker_changes = [
                 c for c in lines[effective]["settings_changed"] if c["name"] not in ("learning_rate", "ent_coef")

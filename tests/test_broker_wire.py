@@ -36,7 +36,7 @@ def _metrics(iteration: int = 3, *, episodes: bool = True) -> dict:
         "iteration_time_s": 0.75,
         **stats.summary(),
         "learner": {"policy_loss": 0.5, "explained_variance": None, "num_valid": 30, "num_total": 40},
-        "settings": {"alpha": 0.5, "t_max": 200, "samples_per_iteration": 64},
+        "settings": {"alpha": 0.5, "t_max": 200, "samples_per_iteration": 64, "alpha_auto": False},
     }
     if iteration == 3:
         metrics["settings_changed"] = [{"name": "alpha", "old_value": 0.5, "new_value": 1.0}]

@@ -221,7 +221,7 @@ def test_get_status(stack):
     body = client.get("/v1/status").json()
     assert body["state"] == "running"
     assert body["policy_version_lag"] == 1  # learner at 4, broker samples with 3
-    assert body["settings"] == {"alpha": 0.5, "t_max": 200, "samples_per_iteration": 256}
+    assert body["settings"] == {"alpha": 0.5, "t_max": 200, "samples_per_iteration": 256, "alpha_auto": False}
     assert body["pending_settings"] is None
     assert body["simulators"][0]["address"] == "127.0.0.1:7001"
     last = body["last_metrics"]
@@ -426,6 +426,14 @@ def test_patch_config_broker_only(stack):
     body = client.patch("/v1/config", json={"t_max": 50}, headers=AUTH).json()
     assert body["learner"] is None
     assert learner_u.calls == []
+
+
+def test_patch_config_alpha_auto_turns_choosing_on(stack):
+    client, broker_u, _ = stack
+    assert client.patch("/v1/config", json={"alpha": "auto"}, headers=AUTH).status_code == 200
+    broker_request = broker_u.calls[-1][1]
+    assert broker_request.HasField("alpha_auto") and broker_request.alpha_auto
+    assert not broker_request.HasField("alpha")
 
 
 @pytest.mark.parametrize(

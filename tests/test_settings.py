@@ -108,6 +108,8 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "port": 7003,
         "mode": "sgr",
         "alpha": 0.75,
+        "alpha_min": 0.2,
+        "alpha_max": 0.9,
         "t_max": 120,
         "truncation": "reset",
         "samples_per_iteration": 512,
@@ -146,7 +148,9 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "name": "sample-run",
         "runs_dir": Path("/tmp/runs"),
         "mode": "ver",
-        "alpha": 0.25,
+        "alpha": "auto",
+        "alpha_min": 0.3,
+        "alpha_max": 0.7,
         "truncation": "reset",
         "t_max": 50,
         "samples_per_iteration": 256,
@@ -256,8 +260,10 @@ def test_help_shows_the_models_defaults_and_ranges() -> None:
     line = next(line for line in out.splitlines() if "--num-minibatches" in line)
     assert "Minibatches per epoch. [x>=1]" in line and "[default: 8]" in line, line
     out = CliRunner().invoke(cli.app, ["broker", "--help"], env=wide).output
-    line = next(line for line in out.splitlines() if "--alpha" in line)
-    assert "[0<x<=1]" in line and "[default: 0.5]" in line, line
+    line = next(line for line in out.splitlines() if "--alpha " in line)
+    assert "auto: chosen each iteration" in line and "[default: 0.5]" in line, line
+    line = next(line for line in out.splitlines() if "--alpha-min" in line)
+    assert "[0<x<=1]" in line and "[default: 0.1]" in line, line
     assert "sc | autoreset | sgr | ver | fast" in out and "carry | reset" in out
 
 
@@ -332,7 +338,17 @@ def test_bad_option_values_exit_2_naming_the_setting(resolved) -> None:
 
 def test_train_takes_the_services_settings_whole() -> None:
     """alpha's type, range, default and help are the broker's; the learner's PPO knobs the learner's."""
-    for name in ("mode", "alpha", "t_max", "truncation", "samples_per_iteration", "locality", "prefetch"):
+    for name in (
+        "mode",
+        "alpha",
+        "alpha_min",
+        "alpha_max",
+        "t_max",
+        "truncation",
+        "samples_per_iteration",
+        "locality",
+        "prefetch",
+    ):
         ours, theirs = TrainConfig.model_fields[name], BrokerConfig.model_fields[name]
         assert (ours.default, ours.description, ours.metadata) == (theirs.default, theirs.description, theirs.metadata)
     for name in ("lr", "num_minibatches", "gamma", "ent_coef", "init_log_std", "checkpoint_every"):
@@ -362,7 +378,18 @@ def test_a_run_starts_its_services_from_configs(tmp_path: Path) -> None:
         assert getattr(learner, name) == getattr(cfg, name), name
     assert learner.seed == cfg.seed
     broker = cfg.broker_config(["127.0.0.1:1"], "127.0.0.1:2", tmp_path, 10)
-    for name in ("mode", "alpha", "t_max", "truncation", "locality", "prefetch", "pipeline", "local_step"):
+    for name in (
+        "mode",
+        "alpha",
+        "alpha_min",
+        "alpha_max",
+        "t_max",
+        "truncation",
+        "locality",
+        "prefetch",
+        "pipeline",
+        "local_step",
+    ):
         assert getattr(broker, name) == getattr(cfg, name), name
     assert (broker.iterations, broker.holdout_every, broker.run_dir) == (cfg.iterations, 10, str(tmp_path))
     gateway = cfg.gateway_config(["127.0.0.1:3"], ["127.0.0.1:2"])

@@ -7,10 +7,12 @@
                 mode in simulated time, and `predict` / `rank` / `best_alpha`
     probe.py    those costs and the episode lengths measured through a SlotPool (`probe_server`,
                 `probe_lengths`)
+    auto_alpha.py  `--alpha auto`: the run's own costs and censored lengths over a window, and the
+                alpha `best_alpha` picks from them inside the user's bounds
 
 Maths only: no sockets, no asyncio, no wall clock. It lives in the broker because it models the
 broker's rules with the broker's own rule objects (broker/samplers/) and dealer, and because the
-broker is where a run will choose alpha and mode from it (issue 30); docs/advisor.md.
+broker is where a run chooses alpha (auto_alpha.py) and will choose its mode (issue 30); docs/advisor.md.
 """
 
 from broker.advisor.lengths import EpisodeLengths

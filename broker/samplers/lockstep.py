@@ -198,7 +198,11 @@ class LockstepSampler:
             await self._wait_for_a_server(stats)
         up = self._up()
         fresh = np.flatnonzero(up & ~self.live) if self.rule.carries else np.flatnonzero(up)
+        started = time.perf_counter()
         ok = await self._reset(fresh, batched=True, stats=stats)
+        if fresh.size:
+            busiest = int(np.bincount(self.pool.slot_server[self.slots[fresh]]).max())
+            stats.round_resets.append((busiest, time.perf_counter() - started))
         await self._prepare_next(fresh[ok])  # their next clips load while this round steps
         if fresh.size or not self.rule.carries:
             stats.global_resets += 1
@@ -279,6 +283,7 @@ class LockstepSampler:
             last_row = await self.rounds.step(self.rule, recorder, stats)
             self._end_round(last_row, recorder, stats)
             if stats.valid >= self.samples_per_iteration:
+                stats.running_lengths = self.episode_len[self.live].tolist()
                 return
             progress = self._check_progress(stats, progress)
 

@@ -67,14 +67,16 @@ class SimulatorStatus(_message.Message):
     def __init__(self, address: _Optional[str] = ..., up: _Optional[bool] = ..., num_slots: _Optional[int] = ..., faults: _Optional[int] = ..., readmissions: _Optional[int] = ..., last_error: _Optional[str] = ..., env_id: _Optional[str] = ..., step_latency_s: _Optional[float] = ..., reset_latency_s: _Optional[float] = ..., draining: _Optional[bool] = ..., step_stream: _Optional[bool] = ..., batched_reset: _Optional[bool] = ..., step_transport: _Optional[str] = ...) -> None: ...
 
 class RunSettings(_message.Message):
-    __slots__ = ("alpha", "t_max", "samples_per_iteration")
+    __slots__ = ("alpha", "t_max", "samples_per_iteration", "alpha_auto")
     ALPHA_FIELD_NUMBER: _ClassVar[int]
     T_MAX_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_PER_ITERATION_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_AUTO_FIELD_NUMBER: _ClassVar[int]
     alpha: float
     t_max: int
     samples_per_iteration: int
-    def __init__(self, alpha: _Optional[float] = ..., t_max: _Optional[int] = ..., samples_per_iteration: _Optional[int] = ...) -> None: ...
+    alpha_auto: bool
+    def __init__(self, alpha: _Optional[float] = ..., t_max: _Optional[int] = ..., samples_per_iteration: _Optional[int] = ..., alpha_auto: _Optional[bool] = ...) -> None: ...
 
 class TimeSplit(_message.Message):
     __slots__ = ("stepping", "resetting", "inference", "transport", "waiting")
@@ -260,14 +262,16 @@ class WatchMetricsRequest(_message.Message):
     def __init__(self, since_iteration: _Optional[int] = ...) -> None: ...
 
 class UpdateSettingsRequest(_message.Message):
-    __slots__ = ("alpha", "t_max", "samples_per_iteration")
+    __slots__ = ("alpha", "t_max", "samples_per_iteration", "alpha_auto")
     ALPHA_FIELD_NUMBER: _ClassVar[int]
     T_MAX_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_PER_ITERATION_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_AUTO_FIELD_NUMBER: _ClassVar[int]
     alpha: float
     t_max: int
     samples_per_iteration: int
-    def __init__(self, alpha: _Optional[float] = ..., t_max: _Optional[int] = ..., samples_per_iteration: _Optional[int] = ...) -> None: ...
+    alpha_auto: bool
+    def __init__(self, alpha: _Optional[float] = ..., t_max: _Optional[int] = ..., samples_per_iteration: _Optional[int] = ..., alpha_auto: _Optional[bool] = ...) -> None: ...
 
 class UpdateSettingsResponse(_message.Message):
     __slots__ = ("settings", "effective_iteration")

@@ -81,8 +81,9 @@ function showStatus(status) {
   }
   const s = status.settings, p = status.pending_settings;
   if (s) {
-    $("settings").textContent = `in force: alpha ${fmt(s.alpha)}, t_max ${s.t_max}, samples ${s.samples_per_iteration}` +
-      (p ? ` (next: alpha ${fmt(p.alpha)}, t_max ${p.t_max})` : "");
+    const alpha = (x) => fmt(x.alpha) + (x.alpha_auto ? " (auto)" : "");
+    $("settings").textContent = `in force: alpha ${alpha(s)}, t_max ${s.t_max}, samples ${s.samples_per_iteration}` +
+      (p ? ` (next: alpha ${p.alpha_auto ? "auto" : fmt(p.alpha)}, t_max ${p.t_max})` : "");
     if (document.activeElement !== $("alpha") && !$("alpha").value) $("alpha").value = s.alpha;
     if (document.activeElement !== $("tmax") && !$("tmax").value) $("tmax").value = s.t_max;
   }

@@ -12,10 +12,11 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, check_alpha_bounds
 from broker.samplers import ModeName
 from broker.samplers.fast import Truncation
 from fast.settings import Settings, same_as
@@ -44,7 +45,9 @@ class TrainConfig(Settings):
 
     # Sampling (the broker's settings).
     mode: ModeName = same_as(BrokerConfig, "mode")
-    alpha: float = same_as(BrokerConfig, "alpha")
+    alpha: float | Literal["auto"] = same_as(BrokerConfig, "alpha")  # its check (broker/config.py Alpha) too
+    alpha_min: float = same_as(BrokerConfig, "alpha_min")
+    alpha_max: float = same_as(BrokerConfig, "alpha_max")
     truncation: Truncation = same_as(BrokerConfig, "truncation")
     t_max: int = same_as(BrokerConfig, "t_max")
     samples_per_iteration: int = same_as(BrokerConfig, "samples_per_iteration")
@@ -162,6 +165,11 @@ class TrainConfig(Settings):
         return self
 
     @model_validator(mode="after")
+    def _alpha_bounds(self) -> "TrainConfig":
+        check_alpha_bounds(self.alpha_min, self.alpha_max)
+        return self
+
+    @model_validator(mode="after")
     def _a_server_per_rank(self) -> "TrainConfig":
         servers = len(self.simulators) if self.simulators else self.servers
         if servers < self.ranks:
@@ -237,6 +245,8 @@ class TrainConfig(Settings):
 _BROKER_SETTINGS = (
     "mode",
     "alpha",
+    "alpha_min",
+    "alpha_max",
     "t_max",
     "truncation",
     "samples_per_iteration",

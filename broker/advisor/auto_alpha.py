@@ -1,0 +1,229 @@
+"""`--alpha auto`: at each iteration boundary, the alpha the advisor's model predicts fastest for
+this run, from the run's own measured costs and its own episode lengths (docs/advisor.md).
+
+What it reads, over a sliding window (the last `cost_iterations` iterations, the last
+`window_episodes` episodes), all of it what the lock-step sampler already measures:
+
+    a row          (sampling wall - Reset wall - forward passes) / rows: a lock-step row's Step as
+                   the broker waits it (the slowest server's call, transport, the broker's own work
+                   per row), one figure for every server
+    a round's Reset   wall = reset_fixed_s + k * reset_per_slot_s, k the slots reset on the busiest
+                   server: least squares over the window's rounds (both >= 0); when k did not vary
+                   (truncation `reset` resets every slot each round) the whole wall is the fixed part
+    a forward pass  forward-pass time / (rows * servers): the model runs one per server and row
+    the lengths    Kaplan-Meier (lengths.py) over the window's episodes: ended by the env
+                   (terminated, clip end) are events; cut by a global truncation, lost to a fault,
+                   or still running at the last boundary are censored (they lasted at least that)
+
+The costs go into the model as effective ones (a call costs what the run measured it to cost,
+prepared loads and map-cache hits included), so the model runs without prefetch or a catalog. The
+rule: `best_alpha` over the grid of ALPHA_GRID's values inside [alpha_min, alpha_max] plus both
+ends, on a fixed seed (a paired comparison), over a capped horizon (`Horizon`: a warm-up iteration
+of at most WARMUP_SAMPLES valid transitions, then one measured of at most `max_samples`). Before anything is measured it
+answers `prior` (0.5, held inside the bounds).
+
+Pure: no sockets, no asyncio; the broker (broker/run.py) feeds it each iteration's figures and
+applies its answer at the next boundary.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from broker.advisor.lengths import EpisodeLengths
+from broker.advisor.model import ALPHA_GRID, Horizon, SimulatorCosts, Workload, best_alpha
+
+PRIOR_ALPHA = 0.5  # before the run has measured anything (DPSA's default)
+WINDOW_EPISODES = 512  # episodes the length estimate reads: recent enough to follow a learning policy
+COST_ITERATIONS = 4  # iterations the costs are averaged over
+MAX_SAMPLES = 1024  # valid transitions of the model's measured iteration (at most): its cost per decision
+WARMUP_SAMPLES = 512  # ... and of its warm-up iteration, which brings carried episodes to a steady state
+SEED = 0
+
+
+def alpha_grid(alpha_min: float, alpha_max: float) -> tuple[float, ...]:
+    """The alphas tried: both bounds and ALPHA_GRID's values strictly between them, increasing."""
+    if not 0.0 < alpha_min <= alpha_max <= 1.0:
+        raise ValueError(f"alpha_min={alpha_min!r}, alpha_max={alpha_max!r}: give 0 < alpha_min <= alpha_max <= 1")
+    inside = [a for a in ALPHA_GRID if alpha_min + 1e-9 < a < alpha_max - 1e-9]
+    return tuple(dict.fromkeys([alpha_min, *inside, alpha_max]))
+
+
+@dataclass(frozen=True)
+class IterationCosts:
+    """What one iteration of `fast` cost, as the sampler measured it (broker/metrics.py IterationStats)."""
+
+    rows: int  # lock-step rows (transitions / slots)
+    wall_s: float  # sampling wall time
+    reset_wall_s: float  # of which awaiting Reset calls
+    inference_s: float  # of which forward passes
+    round_resets: tuple[tuple[int, float], ...] = ()  # per round: (slots reset on the busiest server, wall s)
+
+
+@dataclass(frozen=True)
+class MeasuredCosts:
+    """The run's costs as the model takes them (module docstring)."""
+
+    row_s: float
+    reset_fixed_s: float
+    reset_per_slot_s: float
+    inference_s: float  # one forward pass
+
+    def simulator_costs(self) -> SimulatorCosts:
+        return SimulatorCosts(
+            step_s=self.row_s, reset_fixed_s=self.reset_fixed_s, reset_per_slot_s=self.reset_per_slot_s, prepare=False
+        )
+
+
+def fit_reset(rounds: list[tuple[int, float]]) -> tuple[float, float]:
+    """(fixed, per slot) >= 0 with wall ~ fixed + k * per_slot over the rounds, least squares."""
+    if not rounds:
+        return 0.0, 0.0
+    k = np.array([r[0] for r in rounds], dtype=float)
+    wall = np.array([r[1] for r in rounds], dtype=float)
+    if np.ptp(k) == 0:  # no spread: the split is not identified, and every round costs the same anyway
+        return float(wall.mean()), 0.0
+    slope = float(np.cov(k, wall, bias=True)[0, 1] / k.var())
+    fixed = float(wall.mean() - slope * k.mean())
+    if slope < 0:
+        return float(wall.mean()), 0.0
+    if fixed < 0:
+        return 0.0, float((k @ wall) / (k @ k))
+    return fixed, slope
+
+
+@dataclass(frozen=True)
+class AlphaChoice:
+    """One decision: the alpha, why (`source`: prior, fixed by the bounds, or the model) and on what."""
+
+    alpha: float
+    source: str  # "prior" | "bounds" | "model"
+    grid: tuple[float, ...]
+    predicted: tuple[float, ...] = ()  # effective throughput per alpha of the grid (model only)
+    costs: MeasuredCosts | None = None
+    episodes: int = 0  # in the window, censored included
+    censored: int = 0
+    length_mean: float = math.nan  # of the Kaplan-Meier estimate
+    decision_s: float = 0.0  # wall time of the decision
+
+    def as_dict(self) -> dict:
+        """The metrics line's `alpha_auto` entry (docs/metrics.md)."""
+        out = {
+            "alpha": self.alpha,
+            "source": self.source,
+            "grid": list(self.grid),
+            "predicted_throughput": list(self.predicted),
+            "episodes": self.episodes,
+            "censored": self.censored,
+            "length_mean": None if math.isnan(self.length_mean) else self.length_mean,
+            "decision_s": self.decision_s,
+        }
+        if self.costs is not None:
+            out["costs_s"] = {
+                "row": self.costs.row_s,
+                "reset_fixed": self.costs.reset_fixed_s,
+                "reset_per_slot": self.costs.reset_per_slot_s,
+                "inference": self.costs.inference_s,
+            }
+        return out
+
+
+@dataclass
+class AutoAlpha:
+    """The run's window of costs and episode lengths, and the alpha they make the model choose."""
+
+    alpha_min: float
+    alpha_max: float
+    servers: int
+    slots_per_server: int
+    t_max: int
+    samples_per_iteration: int
+    truncation: str = "carry"
+    window_episodes: int = WINDOW_EPISODES
+    cost_iterations: int = COST_ITERATIONS
+    max_samples: int = MAX_SAMPLES
+    _costs: deque = field(init=False, repr=False)
+    _episodes: deque = field(init=False, repr=False)  # (length, censored)
+    _running: list[int] = field(init=False, repr=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.grid = alpha_grid(self.alpha_min, self.alpha_max)
+        if self.servers < 1 or self.slots_per_server < 1:
+            raise ValueError(f"servers={self.servers}, slots_per_server={self.slots_per_server}: give >= 1 of each")
+        self._costs = deque(maxlen=self.cost_iterations)
+        self._episodes = deque(maxlen=self.window_episodes)
+
+    def observe(self, costs: IterationCosts, ended: list[tuple[int, bool]], running: list[int]) -> None:
+        """One iteration: its costs, the episodes that ended in it ((length, censored) each: cut or
+        lost to a fault is censored) and the lengths of those still running at its end (censored, and
+        replaced by the next iteration's: they end, or run on, later)."""
+        if costs.rows > 0:
+            self._costs.append(costs)
+        self._episodes.extend((int(n), bool(c)) for n, c in ended if n >= 1)
+        self._running = [int(n) for n in running if n >= 1]
+
+    def measured_costs(self) -> MeasuredCosts | None:
+        """The window's costs (module docstring); None before an iteration was observed."""
+        if not self._costs:
+            return None
+        rows = sum(c.rows for c in self._costs)
+        per_row = sum(c.wall_s - c.reset_wall_s - c.inference_s for c in self._costs) / rows
+        inference = sum(c.inference_s for c in self._costs) / (rows * self.servers)
+        fixed, per_slot = fit_reset([r for c in self._costs for r in c.round_resets])
+        return MeasuredCosts(max(per_row, 0.0), fixed, per_slot, inference)
+
+    def lengths(self) -> tuple[EpisodeLengths | None, int, int]:
+        """The Kaplan-Meier estimate of the window (None when it is empty), its episodes and censored ones."""
+        sample = list(self._episodes) + [(n, True) for n in self._running]
+        if not sample:
+            return None, 0, 0
+        lengths = np.array([n for n, _ in sample], dtype=np.int64)
+        censored = np.array([c for _, c in sample], dtype=bool)
+        return EpisodeLengths.from_sample(lengths, censored), lengths.size, int(censored.sum())
+
+    def workload(self, costs: MeasuredCosts, lengths: EpisodeLengths) -> Workload:
+        return Workload(
+            lengths,
+            costs.simulator_costs(),
+            servers=self.servers,
+            slots_per_server=self.slots_per_server,
+            inference_s=costs.inference_s,
+        )
+
+    def horizon(self) -> Horizon:
+        samples = min(self.samples_per_iteration, self.max_samples)
+        return Horizon(samples, iterations=1, warmup_iterations=1, warmup_samples=min(samples, WARMUP_SAMPLES))
+
+    def choose(self) -> AlphaChoice:
+        """The alpha for the next iteration (module docstring)."""
+        started = time.perf_counter()
+        if len(self.grid) == 1:
+            return AlphaChoice(self.grid[0], "bounds", self.grid)
+        costs = self.measured_costs()
+        lengths, episodes, censored = self.lengths()
+        if costs is None or lengths is None:
+            return AlphaChoice(min(max(PRIOR_ALPHA, self.alpha_min), self.alpha_max), "prior", self.grid)
+        alpha, predictions = best_alpha(
+            self.workload(costs, lengths),
+            alphas=self.grid,
+            t_max=self.t_max,
+            truncation=self.truncation,
+            horizon=self.horizon(),
+            seed=SEED,
+        )
+        return AlphaChoice(
+            alpha,
+            "model",
+            self.grid,
+            predicted=tuple(p.effective_throughput for p in predictions),
+            costs=costs,
+            episodes=episodes,
+            censored=censored,
+            length_mean=lengths.mean,
+            decision_s=time.perf_counter() - started,
+        )
