@@ -403,6 +403,7 @@ def test_kubernetes_ranks_form_one_group_with_a_broker_on_each_rank_and_its_shar
     assert {(k, n) for k, n in by if k in ("StatefulSet", "Job", "Deployment")} == {
         ("StatefulSet", "fast-learner"),
         ("Job", "fast-broker"),
+        ("Deployment", "fast-gateway"),
     }
     world = learners["spec"]["replicas"]
     assert world >= 2
@@ -432,16 +433,9 @@ def test_kubernetes_ranks_form_one_group_with_a_broker_on_each_rank_and_its_shar
         assert env["FAST_BROKER_LEARNER"] == f"fast-learner-{index}.{headless['metadata']['name']}:{port['grpc']}"
         assert env["FAST_BROKER_SIMULATORS"] == f"dns:///fast-sim-server:{sim['FAST_SIM_PORT']}"
         assert env["FAST_BROKER_SEED"] == str(index) and env["FAST_BROKER_RUN_DIR"].endswith(f"rank-{index}")
-    # The gateway (../gateway.yaml, unchanged) reaches broker 0 and learner rank 0 under the usual names.
-    gateway = _k8s_env("Deployment", "fast-gateway")
-    assert by[("Service", "fast-learner")]["spec"]["selector"][label] == "0"
-    assert by[("Service", "fast-broker")]["spec"]["selector"]["batch.kubernetes.io/job-completion-index"] == "0"
-    assert (
-        gateway["FAST_GATEWAY_LEARNER"] == f"fast-learner:{by[('Service', 'fast-learner')]['spec']['ports'][0]['port']}"
-    )
-    assert gateway["FAST_GATEWAY_BROKER"] == f"fast-broker:{by[('Service', 'fast-broker')]['spec']['ports'][0]['port']}"
+    # The gateway (./gateway.yaml) lists every broker and every rank: test_kubernetes_ranks_gateway_*.
     assert not any(d["kind"] == "Secret" for d in docs), "a token must not be committed"
-    for workload in (learners, brokers):
+    for workload in (learners, brokers, by[("Deployment", "fast-gateway")]):
         _check_token_file(workload, f"deploy/k8s/ranks {workload['kind']} {workload['metadata']['name']}")
 
 
@@ -469,3 +463,117 @@ def test_kubernetes_ranks_network_policies() -> None:
     job = next(d for d in _ranks_documents() if d["kind"] == "Job")
     assert broker.items() <= job["spec"]["template"]["metadata"]["labels"].items()
     assert _ingress_from("sim-server") == [broker]
+    # The gateway of ./gateway.yaml carries the label both admit, and dials the ports they open: the
+    # learner's container port named grpc, the brokers' control port.
+    (deployment,) = [d for d in _ranks_documents() if d["kind"] == "Deployment"]
+    assert gateway.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    (broker_rule,) = policies["broker"]["spec"]["ingress"]
+    env = _pod_env(job, {}, {"batch.kubernetes.io/job-completion-index": "0"})
+    assert [str(p["port"]) for p in broker_rule["ports"]] == [env["FAST_BROKER_PORT"]]
+
+
+def _selects(service: dict, workload: dict) -> bool:
+    selector = service["spec"]["selector"]
+    return selector.items() <= workload["spec"]["template"]["metadata"]["labels"].items()
+
+
+def _pod_names(docs: list[dict]) -> dict[str, tuple[dict, int]]:
+    """HOSTNAME.SUBDOMAIN -> (workload, index) for every pod that cluster DNS names, as Kubernetes names
+    them: a StatefulSet's pod NAME-<ordinal> under its serviceName; an Indexed Job's pod NAME-<index>
+    (its hostname) under the pod template's subdomain. The name resolves only through a headless Service
+    of that name, in the same namespace, that selects the pod."""
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    names: dict[str, tuple[dict, int]] = {}
+    for workload in docs:
+        spec = workload["spec"]
+        if workload["kind"] == "StatefulSet":
+            domain, count = spec["serviceName"], spec["replicas"]
+        elif workload["kind"] == "Job" and spec.get("completionMode") == "Indexed":
+            domain, count = spec["template"]["spec"].get("subdomain"), spec["completions"]
+        else:
+            continue
+        where = f"{workload['kind']} {workload['metadata']['name']}"
+        assert domain in services, f"{where}: no Service {domain!r} to name its pods"
+        service = services[domain]
+        assert service["spec"].get("clusterIP") == "None", f"{where}: Service {domain} is not headless"
+        assert _selects(service, workload), f"{where}: Service {domain} does not select its pods"
+        others = [w for w in docs if w is not workload and w["kind"] in ("StatefulSet", "Job", "Deployment")]
+        assert not [w for w in others if _selects(service, w)], f"Service {domain} selects other pods too"
+        for index in range(count):
+            names[f"{workload['metadata']['name']}-{index}.{domain}"] = (workload, index)
+    return names
+
+
+def _ranks_gateway() -> GatewaySettings:
+    (deployment,) = [d for d in _ranks_documents() if d["kind"] == "Deployment"]
+    env = _pod_env(deployment, {}, {})
+    _check_settings(env, "deploy/k8s/ranks gateway")
+    ours = {k: v for k, v in env.items() if k.startswith("FAST_GATEWAY_")}
+    return resolve_config(GatewaySettings, environ=ours, env_prefix="FAST_GATEWAY_")
+
+
+def test_kubernetes_ranks_gateway_lists_every_broker_and_rank_by_its_pod_name() -> None:
+    docs = _ranks_documents()
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    learners, brokers = by[("StatefulSet", "fast-learner")], by[("Job", "fast-broker")]
+    world = learners["spec"]["replicas"]
+    names = _pod_names(docs)
+    settings = _ranks_gateway()
+    # Rank r, and broker i, at index r (i) of the lists: rank 0 and broker 0 first, every one once.
+    for field, workload, count, env_of in (
+        ("learner", learners, world, lambda r: _pod_env(learners, {"apps.kubernetes.io/pod-index": str(r)}, {})),
+        (
+            "broker",
+            brokers,
+            brokers["spec"]["completions"],
+            lambda i: _pod_env(brokers, {}, {"batch.kubernetes.io/job-completion-index": str(i)}),
+        ),
+    ):
+        addresses = getattr(settings, field)
+        assert count == world and len(addresses) == world, f"gateway {field}: {addresses}"
+        (container,) = workload["spec"]["template"]["spec"]["containers"]
+        grpc = {p["name"]: p["containerPort"] for p in container["ports"]}["grpc"]
+        for index, address in enumerate(addresses):
+            host, port = address.rsplit(":", 1)
+            assert names.get(host) == (workload, index), f"gateway {field} {index}: {host} names no such pod"
+            setting = "FAST_LEARNER_PORT" if field == "learner" else "FAST_BROKER_PORT"
+            assert port == env_of(index)[setting] == str(grpc), f"gateway {field} {index}: port {port}"
+
+
+def test_kubernetes_ranks_pod_names_need_a_headless_service_that_selects_them() -> None:
+    docs = _ranks_documents()
+    job = next(d for d in docs if d["kind"] == "Job")
+    without_subdomain = [d for d in docs if d is not job] + [
+        {**job, "spec": {**job["spec"], "template": {**job["spec"]["template"], "spec": {"containers": []}}}}
+    ]
+    with pytest.raises(AssertionError, match="no Service None"):
+        _pod_names(without_subdomain)
+    service = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "fast-broker-ranks")
+    selects_learners = [d for d in docs if d is not service] + [
+        {**service, "spec": {**service["spec"], "selector": {"app.kubernetes.io/component": "learner"}}}
+    ]
+    with pytest.raises(AssertionError, match="does not select its pods"):
+        _pod_names(selects_learners)
+    with_ip = [d for d in docs if d is not service] + [
+        {**service, "spec": {**service["spec"], "clusterIP": "10.0.0.9"}}
+    ]
+    with pytest.raises(AssertionError, match="is not headless"):
+        _pod_names(with_ip)
+
+
+def test_kubernetes_ranks_gateway_is_the_gateway_but_for_its_upstreams() -> None:
+    """./gateway.yaml replaces ../gateway.yaml: the same objects, differing only in the two lists."""
+
+    def without_upstreams(path: Path) -> list[dict]:
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        for doc in docs:
+            if doc["kind"] == "Deployment":
+                (container,) = doc["spec"]["template"]["spec"]["containers"]
+                for item in container["env"]:
+                    if item["name"] in ("FAST_GATEWAY_BROKER", "FAST_GATEWAY_LEARNER"):
+                        item["value"] = "..."
+        return docs
+
+    assert without_upstreams(ROOT / "deploy" / "k8s" / "ranks" / "gateway.yaml") == without_upstreams(
+        ROOT / "deploy" / "k8s" / "gateway.yaml"
+    )
