@@ -39,6 +39,11 @@ def split_host_port(address: str, *, form: str = "HOST:PORT") -> tuple[str, int]
     return host, int(port)
 
 
+def is_dns_name(spec: str) -> bool:
+    """`dns:///NAME:PORT` (or `dns:NAME:PORT`): every IP of a name, not one server."""
+    return spec.startswith("dns:")
+
+
 def resolve_addresses(spec: str) -> list[str]:
     """`host:port` as is; `dns:///name:port` (or `dns:name:port`) to one address per IP it resolves to.
 
@@ -46,7 +51,7 @@ def resolve_addresses(spec: str) -> list[str]:
     IPv4 answers are preferred: a dual-stack name such as localhost resolves to 127.0.0.1 and
     ::1, which are one server, not two. IPv6 answers are used when there is no IPv4 one.
     """
-    if not spec.startswith("dns:"):
+    if not is_dns_name(spec):
         split_host_port(spec)
         return [spec]
     host, port = split_host_port(spec[len("dns:") :].lstrip("/"), form="dns:///NAME:PORT")
@@ -121,4 +126,4 @@ def resolve_shard(spec: str, shard: Shard) -> list[str]:
     """The addresses of `spec` this broker drives: a `dns:` name's replicas that `shard` keeps; a
     HOST:PORT as is (a list given to one broker is that broker's own, never sharded)."""
     addresses = resolve_addresses(spec)
-    return shard.select(addresses) if spec.startswith("dns:") else addresses
+    return shard.select(addresses) if is_dns_name(spec) else addresses

@@ -199,3 +199,25 @@ def test_brokers_on_their_shards_of_a_name(tmp_path) -> None:
     finally:
         for service in (sim, learner):
             service.stop()
+
+
+def test_fast_train_gives_every_broker_a_name_whole_with_its_shard(tmp_path) -> None:
+    """`fast train --ranks R --simulators dns:///NAME:PORT`: each broker gets the name and the shard r/R
+    (HOST:PORT entries dealt round-robin beside it); with HOST:PORT alone, no shard and one server each
+    at least."""
+    from jobs.train.config import TrainConfig
+
+    name, plain = "dns:///sims.example:50051", ["10.0.0.5:50051", "10.0.0.6:50051", "10.0.0.7:50051"]
+    cfg = TrainConfig(ranks=2, simulators=[plain[0], name], runs_dir=str(tmp_path))
+    assert [cfg.broker_simulators(cfg.simulators, r) for r in (0, 1)] == [([plain[0], name], "0/2"), ([name], "1/2")]
+    argv = cfg.broker_config([name], "127.0.0.1:1", tmp_path, 10, rank=1, shard="1/2").to_argv()
+    assert argv[argv.index("--shard") + 1] == "1/2" and argv[argv.index("--simulators") + 1] == name
+    assert TrainConfig(ranks=4, simulators=[name], runs_dir=str(tmp_path)).ranks == 4  # a name's replicas: any R
+
+    cfg = TrainConfig(ranks=2, simulators=plain, runs_dir=str(tmp_path))
+    assert [cfg.broker_simulators(cfg.simulators, r) for r in (0, 1)] == [
+        ([plain[0], plain[2]], "all"),
+        ([plain[1]], "all"),
+    ]
+    with pytest.raises(ValueError, match="ranks is 4 but the run has 3 simulator server"):
+        TrainConfig(ranks=4, simulators=plain, runs_dir=str(tmp_path))

@@ -19,6 +19,7 @@ from pydantic import Field, field_validator, model_validator
 from broker.config import BrokerConfig, check_alpha_bounds
 from broker.samplers import ModeName
 from broker.samplers.fast import Truncation
+from fast.addresses import is_dns_name
 from fast.settings import Settings, same_as
 from gateway.settings import GatewaySettings
 from jobs.external import env_is_an_address, inapplicable, parse_simulators
@@ -171,6 +172,8 @@ class TrainConfig(Settings):
 
     @model_validator(mode="after")
     def _a_server_per_rank(self) -> "TrainConfig":
+        if any(is_dns_name(s) for s in self.simulators):
+            return self  # a name's replicas are counted by each broker's shard, which says when it keeps none
         servers = len(self.simulators) if self.simulators else self.servers
         if servers < self.ranks:
             raise ValueError(
@@ -211,6 +214,16 @@ class TrainConfig(Settings):
             **{name: getattr(self, name) for name in _LEARNER_SETTINGS},
         )
 
+    def broker_simulators(self, simulators: list[str], rank: int) -> tuple[list[str], str]:
+        """Rank `rank`'s broker's simulators and shard: HOST:PORT entries dealt round-robin (servers r, r + R,
+        ...), and every dns:/// name whole with the shard `r/R`, so that each broker keeps its share of the
+        name's replicas, again whenever it re-reads them (broker/config.py `shard`, fast/addresses.py)."""
+        if self.ranks == 1:
+            return list(simulators), "all"
+        names = [s for s in simulators if is_dns_name(s)]
+        addresses = [s for s in simulators if not is_dns_name(s)]
+        return addresses[rank :: self.ranks] + names, (f"{rank}/{self.ranks}" if names else "all")
+
     def broker_config(
         self,
         simulators: list[str],
@@ -219,12 +232,14 @@ class TrainConfig(Settings):
         holdout_every: int,
         rank: int = 0,
         first_iteration: int = 0,
+        shard: str = "all",
     ) -> BrokerConfig:
         """Rank `rank`'s broker: its seed is the run's plus the rank, so that the brokers deal and sample
         apart (rank 0's is the run's seed, as with one rank). `first_iteration`: the iterations done before
         it (a restarted group's, the version its learner resumed)."""
         return BrokerConfig(
             simulators=simulators,
+            shard=shard,
             learner=learner,
             host="127.0.0.1",
             port=0,

@@ -185,19 +185,20 @@ class TrainingRun:
         cfg = self.cfg
         # External ones as given: the broker resolves dns:/// itself, again when it re-admits a server.
         simulators = list(cfg.simulators) if self.external is not None else self.simulator_addresses()
-        # Rank r's broker drives servers r, r + R, r + 2R, ... and feeds learner rank r; rank 0's writes the
-        # run's metrics.jsonl, the others rank-<r>/metrics.jsonl.
-        shards = [simulators[rank :: cfg.ranks] for rank in range(cfg.ranks)]
+        # Rank r's broker drives servers r, r + R, r + 2R, ... (or its shard of a dns:/// name's replicas) and
+        # feeds learner rank r; rank 0's writes the run's metrics.jsonl, the others rank-<r>/metrics.jsonl.
+        shards = [cfg.broker_simulators(simulators, rank) for rank in range(cfg.ranks)]
         self.broker, self.other_brokers = None, []
         for rank in range(cfg.ranks):
             name = "broker" if rank == 0 else f"broker-{rank}"
             config = cfg.broker_config(
-                shards[rank],
+                shards[rank][0],
                 self.addresses["learner" if rank == 0 else f"learner-{rank}"],
                 self._broker_run_dir(rank),
                 HOLDOUT_EVERY,
                 rank,
                 first_iteration,
+                shards[rank][1],
             )
             child = _launch(name, ["broker", *config.to_argv()], env=self.token.env)
             if rank == 0:
