@@ -260,7 +260,11 @@ class TrainingRun:
                 for c in reversed(self.children())
             },
         }
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+        # Whole or not at all: it is rewritten as processes start and restart, and read meanwhile (the
+        # gateway's user, a test, a script watching the run); a reader must never see half a file.
+        partial = self.run_dir / "config.yaml.partial"
+        partial.write_text(yaml.safe_dump(document, sort_keys=False))
+        partial.replace(self.run_dir / "config.yaml")
 
     # -- watch ---------------------------------------------------------------------------
     def watch(self) -> str:
