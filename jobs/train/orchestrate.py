@@ -31,6 +31,7 @@ from rich.console import Console
 
 from broker.dealer import HOLDOUT_EVERY
 from broker.wire import metrics_from_proto
+from fast.files import write_text_atomic
 from fast.lifecycle import exit_with_parent
 from jobs import processes
 from jobs.external import EXTERNAL_WAIT_S, ExternalSimulatorError, ExternalSimulators, check_simulators
@@ -260,11 +261,8 @@ class TrainingRun:
                 for c in reversed(self.children())
             },
         }
-        # Whole or not at all: it is rewritten as processes start and restart, and read meanwhile (the
-        # gateway's user, a test, a script watching the run); a reader must never see half a file.
-        partial = self.run_dir / "config.yaml.partial"
-        partial.write_text(yaml.safe_dump(document, sort_keys=False))
-        partial.replace(self.run_dir / "config.yaml")
+        # Rewritten as processes start and restart, and read meanwhile: never half a file.
+        write_text_atomic(self.run_dir / "config.yaml", yaml.safe_dump(document, sort_keys=False))
 
     # -- watch ---------------------------------------------------------------------------
     def watch(self) -> str:

@@ -25,6 +25,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fast.files import write_text_atomic
 from learner.checkpoint import list_checkpoints
 
 SUPERSEDED = "superseded"  # checkpoints/superseded/: newer than what the metrics record, set aside
@@ -40,20 +41,26 @@ class ResumePoint:
     gap: str = ""  # a version the metrics will lack, when no checkpoint was old enough
 
 
-def recorded_versions(path: Path) -> list[int]:
-    """The policy versions of a metrics.jsonl's whole, readable lines, in file order ([] without a file).
-    A broker killed mid-write leaves a last line without its newline: not a record."""
+def _whole_lines(path: Path) -> tuple[list[tuple[str, int | None]], bool] | None:
+    """Each whole line of a metrics.jsonl with its policy_version (None when unreadable), and whether a
+    partial last line follows (a broker killed mid-write: no record); None without a file."""
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
-        return []
-    versions = []
+        return None
+    lines = []
     for line in text.split("\n")[:-1]:  # the part after the last newline is no whole line
         try:
-            versions.append(int(json.loads(line)["policy_version"]))
+            lines.append((line, int(json.loads(line)["policy_version"])))
         except (ValueError, KeyError, TypeError):
-            continue
-    return versions
+            lines.append((line, None))
+    return lines, bool(text) and not text.endswith("\n")
+
+
+def recorded_versions(path: Path) -> list[int]:
+    """The policy versions of a metrics.jsonl's whole, readable lines, in file order ([] without a file)."""
+    found = _whole_lines(path)
+    return [version for _, version in found[0] if version is not None] if found else []
 
 
 def consecutive_from_zero(versions: list[int]) -> int:
@@ -89,26 +96,12 @@ def choose_resume_point(checkpoint_dir: Path, metrics_files: list[Path]) -> Resu
 
 
 def drop_lines_from(path: Path, version: int) -> int:
-    """Rewrite a metrics.jsonl without the lines of policy_version >= `version` (and any partial last
-    line); atomically (a temporary file renamed over it). Returns how many lines were dropped."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    """Rewrite a metrics.jsonl without the lines of policy_version >= `version` (and any unreadable or
+    partial line), whole or not at all. Returns how many lines were dropped."""
+    found = _whole_lines(path)
+    if found is None:
         return 0
-    kept, dropped = [], 0
-    for line in text.split("\n")[:-1]:
-        try:
-            keep = int(json.loads(line)["policy_version"]) < version
-        except (ValueError, KeyError, TypeError):
-            keep = False
-        if keep:
-            kept.append(line)
-        else:
-            dropped += 1
-    if text and not text.endswith("\n"):  # a partial last line
-        dropped += 1
-    temp = path.with_name(f".{path.name}.restart")
-    temp.write_text("".join(f"{line}\n" for line in kept))
-    os.replace(temp, path)
-    return dropped
+    lines, partial = found
+    kept = [line for line, v in lines if v is not None and v < version]
+    write_text_atomic(Path(path), "".join(f"{line}\n" for line in kept))
+    return len(lines) - len(kept) + partial
