@@ -82,6 +82,11 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in text.split("\n")[:-1]]
 
 
+# A tiny two-rank run without evaluation or gateway, for the kill tests below.
+TWO_RANKS = ("--ranks", "2", "--servers", "2", "--slots", "2", "--samples-per-iteration", "64", "--update-epochs", "1")
+TWO_RANKS += ("--eval-episodes-per-clip", "0", "--no-gateway")
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(RESTART_TIMEOUT_S + 20)
 def test_train_with_two_ranks_restarts_the_group_after_a_rank_is_killed(tmp_path: Path) -> None:
@@ -89,29 +94,8 @@ def test_train_with_two_ranks_restarts_the_group_after_a_rank_is_killed(tmp_path
     rank resumes from the newest checkpoint whose version the metrics reach, the lines past it are dropped and
     their versions trained again, and the run ends with every version recorded once, in order."""
     iterations = 10
-    process = fast_train(
-        tmp_path,
-        "restart",
-        "--ranks",
-        "2",
-        "--iterations",
-        str(iterations),
-        "--servers",
-        "2",
-        "--slots",
-        "2",
-        "--samples-per-iteration",
-        "64",
-        "--update-epochs",
-        "1",
-        "--checkpoint-every",
-        "3",
-        "--eval-episodes-per-clip",
-        "0",
-        "--no-gateway",
-        "--max-restarts",
-        "3",
-    )
+    args = ["--iterations", str(iterations), "--checkpoint-every", "3", "--max-restarts", "3"]
+    process = fast_train(tmp_path, "restart", *TWO_RANKS, *args)
     run_dir = tmp_path / "restart"
     first_group: dict[str, int] = {}
     try:
@@ -169,25 +153,7 @@ def test_train_with_two_ranks_restarts_the_group_after_a_rank_is_killed(tmp_path
 @pytest.mark.timeout(RESTART_TIMEOUT_S + 20)
 def test_train_with_no_restarts_left_fails_when_a_rank_dies(tmp_path: Path) -> None:
     """--max-restarts 0, the default: the first death fails the run (exit 1), nothing left running."""
-    process = fast_train(
-        tmp_path,
-        "no-restart",
-        "--ranks",
-        "2",
-        "--iterations",
-        "200",
-        "--servers",
-        "2",
-        "--slots",
-        "2",
-        "--samples-per-iteration",
-        "64",
-        "--update-epochs",
-        "1",
-        "--eval-episodes-per-clip",
-        "0",
-        "--no-gateway",
-    )
+    process = fast_train(tmp_path, "no-restart", *TWO_RANKS, "--iterations", "200")
     run_dir = tmp_path / "no-restart"
     try:
         deadline = time.monotonic() + RESTART_TIMEOUT_S
