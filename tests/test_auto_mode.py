@@ -4,11 +4,19 @@ settings that turn it on. The run that switches end to end is tests/test_auto_al
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable
 
 import pytest
 
 from broker.advisor.auto_mode import AutoMode, ModeChoice
+from broker.config import BrokerConfig
+from broker.samplers import MODE_NAMES
+from broker.settings import RunSettings, SettingError, changes
+from gateway.models import ConfigPatch, ModeSetting
+from jobs.train.config import TrainConfig
+
+BROKER = {"simulators": ["127.0.0.1:1"], "learner": "127.0.0.1:2"}
 
 
 def _play(auto: AutoMode, speed: Callable[[int, str], float], iterations: int) -> list[ModeChoice]:
@@ -137,3 +145,41 @@ def test_the_figure_is_the_windows_valid_transitions_per_second_first_iteration_
 def test_bad_arguments_are_named(given: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         AutoMode(**given)
+
+
+# --- the settings ----------------------------------------------------------------------------------
+
+
+def test_mode_takes_a_name_or_auto_and_the_candidates_a_comma_list() -> None:
+    cfg = BrokerConfig(**BROKER, mode="auto", mode_candidates="fast, ver", mode_probe_every=2, mode_margin=0.2)
+    assert (cfg.mode, cfg.mode_candidates, cfg.mode_probe_every, cfg.mode_margin) == ("auto", ["fast", "ver"], 2, 0.2)
+    assert BrokerConfig(**BROKER).mode_candidates == ["fast", "ver", "autoreset"]
+    train = TrainConfig(mode="auto", mode_candidates=["ver", "sgr"], mode_probe_every=3)
+    broker = train.broker_config(["127.0.0.1:1"], "127.0.0.1:2", "run", 0)
+    assert (broker.mode, broker.mode_candidates, broker.mode_probe_every) == ("auto", ["ver", "sgr"], 3)
+    with pytest.raises(ValueError, match="mode_candidates has 'auto'"):
+        BrokerConfig(**BROKER, mode_candidates="fast,auto")
+    with pytest.raises(ValueError, match="lists a mode twice"):
+        TrainConfig(mode_candidates=["ver", "ver"])
+
+
+def test_mode_auto_is_turned_on_by_auto_and_off_by_a_name() -> None:
+    fixed = RunSettings(0.5, 200, 64, mode="fast")
+    auto = fixed.updated(mode="auto")
+    assert auto == RunSettings(0.5, 200, 64, mode="fast", mode_auto=True)
+    ver = auto.updated(mode="ver")
+    assert ver == RunSettings(0.5, 200, 64, mode="ver", mode_auto=False)
+    assert changes(auto, ver) == [
+        {"name": "mode", "old_value": "fast", "new_value": "ver"},
+        {"name": "mode_auto", "old_value": True, "new_value": False},
+    ]
+    with pytest.raises(SettingError, match="mode is 'turbo'; allowed: sc, autoreset, sgr, ver, fast or auto"):
+        fixed.updated(mode="turbo")
+
+
+def test_the_gateway_takes_the_same_modes_and_hands_them_to_update_settings() -> None:
+    assert typing.get_args(ModeSetting) == (*MODE_NAMES, "auto")
+    assert ConfigPatch(mode="auto").broker_part() == {"mode": "auto"}
+    assert ConfigPatch(mode="ver", alpha=0.3).broker_part() == {"alpha": 0.3, "mode": "ver"}
+    with pytest.raises(ValueError, match="mode"):
+        ConfigPatch(mode="turbo")

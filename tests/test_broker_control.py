@@ -299,8 +299,10 @@ def test_status_history_and_watch_until_the_run_stops(stack, tmp_path) -> None:
                 "t_max": 200,
                 "samples_per_iteration": 64,
                 "alpha_auto": False,
+                "mode": "fast",
+                "mode_auto": False,
             }
-            assert reply.settings == pb.RunSettings(alpha=0.5, t_max=200, samples_per_iteration=64)
+            assert reply.settings == pb.RunSettings(alpha=0.5, t_max=200, samples_per_iteration=64, mode="fast")
             assert not reply.HasField("pending_settings") and reply.num_slots == 5
             assert reply.transitions_total == sum(m["transitions"] for m in done)
             assert reply.valid_steps_total == sum(m["valid_transitions"] for m in done)
@@ -397,7 +399,7 @@ def test_update_settings_and_detach_then_register_again(stack, tmp_path) -> None
                 assert fragment in refused.value.details()
 
             changed = stub.UpdateSettings(pb.UpdateSettingsRequest(alpha=1.0, samples_per_iteration=100), timeout=5)
-            new = pb.RunSettings(alpha=1.0, t_max=200, samples_per_iteration=100)
+            new = pb.RunSettings(alpha=1.0, t_max=200, samples_per_iteration=100, mode="fast")
             assert changed.settings == new
             effective = changed.effective_iteration
             _wait(lambda: effective in _lines(tmp_path), 120, f"iteration {effective}")
@@ -407,6 +409,8 @@ def test_update_settings_and_detach_then_register_again(stack, tmp_path) -> None
                 "t_max": 200,
                 "samples_per_iteration": 100,
                 "alpha_auto": False,
+                "mode": "fast",
+                "mode_auto": False,
             }
             assert lines[effective]["valid_transitions"] >= 100
             broker_changes = [
