@@ -119,7 +119,7 @@ class BrokerRun:
         )
         self._mode_choice: ModeChoice | None = None  # the decision the iteration in flight samples with
         self._mode_choosing = False  # auto was on at the last boundary (off -> on: the chooser takes over)
-        self._sampler_mode = mode  # the mode of self._sampler (the one _connect makes samples with it)
+        self._sampler_mode = mode  # the mode of self._sampler (_connect makes the first one in this mode)
         self._fresh = True  # the sampler's first iteration: every slot starts fresh
         self._auto: AutoAlpha | None = None
         self._choice: AlphaChoice | None = None  # the decision the iteration in flight samples with
