@@ -321,6 +321,7 @@ def test_get_metrics_prometheus(stack):
     assert 'fast_episode_length_bucket{le="+Inf"} 2.0' in text
     assert 'fast_simulator_step_latency_seconds{address="127.0.0.1:7001"} 0.002' in text
     assert "fast_policy_version_lag 1.0" in text
+    assert 'fast_setting_mode{auto="false",mode="fast"} 1.0' in text
 
 
 def test_get_metrics_prometheus_half_down(stack):
