@@ -7,8 +7,9 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
+from broker.advisor.auto_mode import DEFAULT_CANDIDATES, MARGIN, PROBE_EVERY, check_candidates
 from broker.dealer import HOLDOUT_EVERY
-from broker.samplers import ModeName
+from broker.samplers import MODE_NAMES, ModeName
 from broker.samplers.fast import Truncation
 from fast.addresses import Shard
 from fast.quoting import quote
@@ -32,6 +33,21 @@ def _alpha(value):
 
 # alpha: a number in (0, 1], or "auto" (BrokerConfig.alpha); the one check of both, for every model that has it.
 Alpha = Annotated[float | Literal["auto"], BeforeValidator(_alpha)]
+
+
+# mode: a mode's name, or "auto" (BrokerConfig.mode): pydantic refuses any other value and lists these.
+ModeSetting = Literal.__getitem__((*MODE_NAMES, "auto"))
+
+
+def _candidates(value):
+    """mode_candidates: a comma-separated text (a flag, an environment variable) or a list."""
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    return list(check_candidates(value)) if isinstance(value, (list, tuple)) else value
+
+
+# mode_candidates: known modes, at least one, none twice; the one check, for every model that has it.
+ModeCandidates = Annotated[list[ModeName], BeforeValidator(_candidates)]
 
 
 def check_alpha_bounds(alpha_min: float, alpha_max: float) -> None:
@@ -59,7 +75,31 @@ class BrokerConfig(TlsSettings):
     host: str = Field("127.0.0.1", description="Address of the control API.")
     port: int = Field(0, ge=0, le=65535, description="Port of the control API; 0 picks a free one and prints it.")
     # Sampling.
-    mode: ModeName = Field("fast", description="Sampling mode (broker/samplers/):")
+    # A mode, or "auto": the run switches between mode_candidates at iteration boundaries by the effective
+    # throughput it measures in each (broker/advisor/auto_mode.py, docs/advisor.md).
+    mode: ModeSetting = Field(
+        "fast",
+        description="Sampling mode (broker/samplers/), or auto: switch between mode_candidates at iteration "
+        "boundaries by their measured throughput:",
+    )
+    mode_candidates: ModeCandidates = Field(
+        default_factory=lambda: list(DEFAULT_CANDIDATES),
+        description="mode auto: the modes it may use, the first one first (list the advisor's pick first).",
+    )
+    mode_probe_every: int = Field(
+        PROBE_EVERY,
+        ge=1,
+        le=10_000,
+        description="mode auto: iterations in the mode in force between probes of the others (doubles, up to "
+        "8x, after a probe that did not switch).",
+    )
+    mode_margin: float = Field(
+        MARGIN,
+        ge=0.0,
+        le=10.0,
+        description="mode auto: switch when another candidate's measured throughput is higher by more than this "
+        "share (0.1: 10%).",
+    )
     # A number, or "auto": the run chooses alpha at each iteration boundary within [alpha_min, alpha_max]
     # from its own measured costs and episode lengths (broker/advisor/auto_alpha.py, docs/advisor.md).
     alpha: Alpha = Field(

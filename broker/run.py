@@ -9,6 +9,14 @@ dropped, the current policy fetched, and sampling starts again.
 Control calls (pause, stop, UpdateSettings, DetachSimulator, RegisterSimulator) take effect
 between iterations, at the boundary before the next one samples: a batch is never cut short,
 and no collected transition is lost.
+
+The sampling mode may change at a boundary too (UpdateSettings, or `--mode auto`'s choice,
+broker/advisor/auto_mode.py): every mode's batch is a complete on-policy batch, so the next
+iteration simply samples with a fresh sampler of the new mode over the same pool, runner and
+dealer. Its slots start fresh (the live episodes were cut at the last batch's end, as
+truncations); the old sampler holds nothing that outlives it (a slot's clip prepared ahead is
+dropped by its server at the slot's next Reset; the servers' step streams stay on the pool's
+handles, idle while a unary mode samples).
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import grpc
 import numpy as np
 
 from broker.advisor.auto_alpha import PRIOR_ALPHA, AlphaChoice, AutoAlpha, IterationCosts
+from broker.advisor.auto_mode import AutoMode, ModeChoice
 from broker.config import BrokerConfig
 from broker.dealer import ClipDealer, pool_locality
 from broker.histogram import EPISODE_LENGTH_BOUNDS, EPISODE_RETURN_BOUNDS, CumulativeHistogram
@@ -98,7 +107,20 @@ class BrokerRun:
         # is known, and the choice in force (broker/advisor/auto_alpha.py).
         auto = config.alpha == "auto"
         alpha = min(max(PRIOR_ALPHA, config.alpha_min), config.alpha_max) if auto else config.alpha
-        self.settings = RunSettings(alpha, config.t_max, config.samples_per_iteration, alpha_auto=auto)
+        # mode auto: the first candidate first (broker/advisor/auto_mode.py). The chooser is kept, and fed
+        # every iteration, with auto off too: turned on live, it starts from the figures so far.
+        mode_auto = config.mode == "auto"
+        self._modes = AutoMode(
+            tuple(config.mode_candidates), probe_every=config.mode_probe_every, margin=config.mode_margin
+        )
+        mode = config.mode_candidates[0] if mode_auto else config.mode
+        self.settings = RunSettings(
+            alpha, config.t_max, config.samples_per_iteration, alpha_auto=auto, mode=mode, mode_auto=mode_auto
+        )
+        self._mode_choice: ModeChoice | None = None  # the decision the iteration in flight samples with
+        self._mode_choosing = False  # auto was on at the last boundary (off -> on: the chooser takes over)
+        self._sampler_mode = mode  # the mode of self._sampler (_connect makes the first one in this mode)
+        self._fresh = True  # the sampler's first iteration: every slot starts fresh
         self._auto: AutoAlpha | None = None
         self._choice: AlphaChoice | None = None  # the decision the iteration in flight samples with
         self._next_choice: AlphaChoice | None = None  # made while the learner updated, for the next boundary
@@ -156,19 +178,21 @@ class BrokerRun:
         t_max: int | None = None,
         samples_per_iteration: int | None = None,
         alpha_auto: bool | None = None,
+        mode: str | None = None,
     ) -> tuple[RunSettings, int]:
         """Accept new settings (None keeps one) for the next iteration boundary.
 
         Returns the settings that will be in force and the first iteration sampled with them.
         SettingError names a value out of range; ControlRefused when the run is over. Updates
         before one boundary add up: the last value given for each setting wins. A number for alpha
-        turns alpha_auto off; alpha_auto true turns it on (from the next boundary's choice).
+        turns alpha_auto off; alpha_auto true turns it on (from the next boundary's choice). A mode's
+        name fixes the mode (mode_auto off); "auto" turns mode_auto on, from the mode in force.
         """
         if self.state.finished:
             raise ControlRefused(f"the run is {self.state.value}; its settings no longer change")
         base = self.pending_settings or self.settings
         self.pending_settings = base.updated(
-            alpha=alpha, t_max=t_max, samples_per_iteration=samples_per_iteration, alpha_auto=alpha_auto
+            alpha=alpha, t_max=t_max, samples_per_iteration=samples_per_iteration, alpha_auto=alpha_auto, mode=mode
         )
         return self.pending_settings, self.next_boundary_iteration
 
@@ -261,13 +285,14 @@ class BrokerRun:
             self.pool.num_clips, holdout_every=self.config.holdout_every, seed=self.config.seed, locality=locality
         )
         self._sampler = self._make_sampler()
-        if self.config.mode == "fast":
-            c = self.config
-            self._auto = AutoAlpha(
-                c.alpha_min, c.alpha_max, *self._pool_shape(), c.t_max, c.samples_per_iteration, c.truncation
-            )
-            if self.settings.alpha_auto:
-                self._choice = self._auto.choose()
+        # alpha auto's window observes the iterations sampled in fast (any mode may become fast: UpdateSettings,
+        # mode auto); it is cheap until asked to choose.
+        c = self.config
+        self._auto = AutoAlpha(
+            c.alpha_min, c.alpha_max, *self._pool_shape(), c.t_max, c.samples_per_iteration, c.truncation
+        )
+        if self.settings.alpha_auto:
+            self._choice = self._auto.choose()
 
     def _pool_shape(self) -> tuple[int, int]:
         """(servers, slots per server) of the attached servers, as the advisor's model takes them (even)."""
@@ -296,24 +321,45 @@ class BrokerRun:
         return addresses
 
     async def _between_iterations(self) -> None:
-        """The boundary: detached servers leave, registered ones join, pending settings take effect."""
+        """The boundary: detached servers leave, registered ones join, pending settings take effect, mode
+        auto chooses the mode; a new pool or a new mode gets a fresh sampler."""
         resized = await self._remove_detached_servers()
         resized = await self._admit_new_servers() or resized
-        if resized:
-            # Global slot ids moved: a fresh sampler over the new pool (its live episodes restart).
-            self._sampler = self._make_sampler()
         self._in_iteration = True
+        before = self.settings
         if self.pending_settings is not None:
             new, self.pending_settings = self.pending_settings, None
             if new.alpha_auto and self.settings.alpha_auto:  # alpha is the choice's, not a change asked for
                 new = replace(new, alpha=self.settings.alpha)
-            self._unreported_changes += changes(self.settings, new)
+            if new.mode_auto and self.settings.mode_auto:  # the mode is the choice's
+                new = replace(new, mode=self.settings.mode)
             self.settings = new
-            self._sampler.apply_settings(
-                samples_per_iteration=new.samples_per_iteration, alpha=new.alpha, t_max=new.t_max
-            )
             log.info("settings from iteration %d: %s", self.iteration + 1, new.as_dict())
+        self._choose_mode()
+        # A mode's change is a settings change, the chooser's (probes included) as much as one asked for.
+        self._unreported_changes += changes(before, self.settings)
+        if resized or self.settings.mode != self._sampler_mode:
+            # Global slot ids moved, or the mode changed: a fresh sampler (its live episodes restart).
+            if self.settings.mode != self._sampler_mode:
+                log.info("mode %s from iteration %d", self.settings.mode, self.iteration + 1)
+            self._sampler = self._make_sampler()
+        elif self.settings != before:
+            s = self.settings
+            self._sampler.apply_settings(samples_per_iteration=s.samples_per_iteration, alpha=s.alpha, t_max=s.t_max)
         self._choose_alpha()
+
+    def _choose_mode(self) -> None:
+        """mode auto: the chooser's mode for this boundary's iteration (it takes over from the mode in force
+        when auto was just turned on, or at the run's start)."""
+        if not self.settings.mode_auto:
+            self._mode_choice, self._mode_choosing = None, False
+            return
+        if not self._mode_choosing:
+            self._modes.take_over(self.settings.mode)
+            self._mode_choosing = True
+        self._mode_choice = self._modes.choose()
+        if self._mode_choice.mode != self.settings.mode:
+            self.settings = replace(self.settings, mode=self._mode_choice.mode)
 
     def _choose_alpha(self) -> None:
         """alpha auto: the choice made while the learner updated (the first boundary's: the prior) is in
@@ -355,8 +401,9 @@ class BrokerRun:
 
     def _make_sampler(self) -> Sampler:
         c, s = self.config, self.settings
+        self._sampler_mode, self._fresh = s.mode, True
         return make_sampler(
-            c.mode,
+            s.mode,
             self.pool,
             self.runner,
             self._dealer,
@@ -401,6 +448,8 @@ class BrokerRun:
         version = self.runner.version
         batch, stats = await self._sampler.sample()
         sampling = stats.summary()
+        self._modes.observe(self._sampler_mode, stats.valid, stats.wall_s, first_after_switch=self._fresh)
+        self._fresh = False
         deciding = self._decide_next_alpha(stats)
         try:
             reply = await self._submit(batch, version)
@@ -426,8 +475,10 @@ class BrokerRun:
             "learner": learner,
             "settings": self.settings.as_dict(),
         }
-        if self._choice is not None:
+        if self._choice is not None and self.settings.mode == "fast":
             metrics["alpha_auto"] = self._choice.as_dict()
+        if self._mode_choice is not None:
+            metrics["mode_auto"] = self._mode_choice.as_dict(self.iteration)
         changed = self._unreported_changes + learner_changes(self._last_learner_stats, reply.stats)
         if changed:
             metrics["settings_changed"] = changed
@@ -442,8 +493,8 @@ class BrokerRun:
     def _decide_next_alpha(self, stats: IterationStats) -> asyncio.Future | None:
         """alpha auto: this iteration's figures into the window, and the next alpha chosen in a thread
         while the learner updates on the batch (the model costs a fraction of a second; docs/advisor.md)."""
-        if self._auto is None or stats.num_slots == 0:
-            return None
+        if self._auto is None or stats.num_slots == 0 or self._sampler_mode != "fast":
+            return None  # the window is fast's: another mode's rows, rounds and resets are not DPSA's
         self._auto.observe(
             IterationCosts(
                 rows=stats.transitions // stats.num_slots,

@@ -42,12 +42,12 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         run = self.run
         reply = pb.GetRunStatusResponse(
             state=_STATES[run.state],
-            mode=run.config.mode,
+            mode=run.settings.mode,  # the mode in force (mode auto: its choice)
             iteration=run.iteration,
             iterations_total=run.config.iterations,
             policy_version=max(run.policy_version, 0),
             valid_steps_total=run.valid_total,
-            simulators=[_simulator_status(s, run.pool, run.config.mode) for s in run.pool.servers],
+            simulators=[_simulator_status(s, run.pool, run.settings.mode) for s in run.pool.servers],
             error=run.error,
             settings=wire.settings_to_proto(run.settings),
             num_slots=run.active_slots,
@@ -84,7 +84,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     async def UpdateSettings(self, request, context) -> pb.UpdateSettingsResponse:
         given = {
             name: getattr(request, name) if request.HasField(name) else None
-            for name in ("alpha", "t_max", "samples_per_iteration", "alpha_auto")
+            for name in ("alpha", "t_max", "samples_per_iteration", "alpha_auto", "mode")
         }
         try:
             settings, effective = self.run.update_settings(**given)

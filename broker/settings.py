@@ -7,6 +7,10 @@ Which modes read which setting (broker/samplers/):
                            a number given for alpha turns it off
     t_max                  fast only (DPSA's round length cap; sgr's rounds end at the first episode end)
     samples_per_iteration  every mode
+    mode                   the sampling mode in force (the one the iteration sampled with); "auto"
+                           given live turns mode_auto on, a mode's name turns it off
+    mode_auto              the mode chosen at each iteration boundary from the run's measured
+                           throughput per mode (broker/advisor/auto_mode.py)
 
 A setting a mode does not read is still accepted and recorded, so that the run's status and
 its metrics show what was asked for, and a later run in another mode can be set up alike.
@@ -17,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
+from broker.samplers import MODE_NAMES
 from fast.quoting import quote
 
 # Upper bounds of what UpdateSettings accepts; BrokerConfig's lower bounds are the same.
@@ -36,8 +41,10 @@ class RunSettings:
     t_max: int  # DPSA: ... or when the round reaches t_max steps, >= 1
     samples_per_iteration: int  # valid transitions per iteration (at least), >= 1
     alpha_auto: bool = False  # alpha chosen at each boundary (broker/advisor/auto_alpha.py); fast only
+    mode: str = "fast"  # the sampling mode in force (broker/samplers/)
+    mode_auto: bool = False  # the mode chosen at each boundary (broker/advisor/auto_mode.py)
 
-    def as_dict(self) -> dict[str, float | int | bool]:
+    def as_dict(self) -> dict[str, float | int | bool | str]:
         return asdict(self)
 
     def updated(
@@ -47,22 +54,31 @@ class RunSettings:
         t_max: int | None = None,
         samples_per_iteration: int | None = None,
         alpha_auto: bool | None = None,
+        mode: str | None = None,
     ) -> RunSettings:
         """These settings with the given ones replaced (each checked: SettingError); None keeps a value.
-        An alpha given as a number turns alpha_auto off, unless alpha_auto is given too."""
+        An alpha given as a number turns alpha_auto off, unless alpha_auto is given too; a mode given
+        by name fixes it (mode_auto off), "auto" turns mode_auto on (the mode stays until it chooses)."""
         given = {
             "alpha": alpha,
             "t_max": t_max,
             "samples_per_iteration": samples_per_iteration,
             "alpha_auto": alpha_auto,
+            "mode": mode,
         }
         given = {name: value for name, value in given.items() if value is not None}
         if not given:
-            raise SettingError("no setting given; set at least one of alpha, t_max, samples_per_iteration, alpha_auto")
+            raise SettingError(
+                "no setting given; set at least one of alpha, t_max, samples_per_iteration, alpha_auto, mode"
+            )
         for name, value in given.items():
             check(name, value)
         if alpha is not None and alpha_auto is None:
             given["alpha_auto"] = False
+        if mode is not None:
+            given["mode_auto"] = mode == "auto"
+            if mode == "auto":
+                del given["mode"]
         return replace(self, **given)
 
 
@@ -72,13 +88,17 @@ def check(name: str, value: float | int) -> None:
         ok, allowed = isinstance(value, (int, float)) and math.isfinite(value) and 0.0 < value <= 1.0, "0 < alpha <= 1"
     elif name == "t_max":
         ok, allowed = _is_int(value) and 1 <= value <= MAX_T_MAX, f"an integer in 1..{MAX_T_MAX:,}"
-    elif name == "alpha_auto":
+    elif name in ("alpha_auto", "mode_auto"):
         ok, allowed = isinstance(value, bool), "true or false"
+    elif name == "mode":
+        ok, allowed = value in (*MODE_NAMES, "auto"), f"{', '.join(MODE_NAMES)} or auto"
     elif name == "samples_per_iteration":
         ok = _is_int(value) and 1 <= value <= MAX_SAMPLES_PER_ITERATION
         allowed = f"an integer in 1..{MAX_SAMPLES_PER_ITERATION:,}"
     else:
-        raise SettingError(f"setting {quote(name)} is unknown; use alpha, alpha_auto, t_max or samples_per_iteration")
+        raise SettingError(
+            f"setting {quote(name)} is unknown; use alpha, alpha_auto, t_max, samples_per_iteration or mode"
+        )
     if not ok:
         raise SettingError(f"{name} is {quote(value)}; allowed: {allowed}")
 

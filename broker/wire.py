@@ -59,9 +59,7 @@ def metrics_to_proto(metrics: Mapping) -> pb.IterationMetrics:
         s = metrics["settings"]
         message.settings.CopyFrom(pb.RunSettings(**{k: _cast_setting(k, s[k]) for k in _SETTINGS if k in s}))
     for change in metrics.get("settings_changed") or ():
-        message.settings_changed.add(
-            name=str(change["name"]), old_value=float(change["old_value"]), new_value=float(change["new_value"])
-        )
+        message.settings_changed.add(name=str(change["name"]), **_change_values(change))
     return message
 
 
@@ -85,7 +83,12 @@ def metrics_from_proto(message: pb.IterationMetrics) -> dict:
         metrics["settings"] = {k: getattr(message.settings, k) for k in _SETTINGS}
     if message.settings_changed:
         metrics["settings_changed"] = [
-            {"name": c.name, "old_value": c.old_value, "new_value": c.new_value} for c in message.settings_changed
+            {
+                "name": c.name,
+                "old_value": c.old_text if c.old_text or c.new_text else c.old_value,
+                "new_value": c.new_text if c.old_text or c.new_text else c.new_value,
+            }
+            for c in message.settings_changed
         ]
     return metrics
 
@@ -117,7 +120,17 @@ def settings_to_proto(settings: RunSettings) -> pb.RunSettings:
         t_max=settings.t_max,
         samples_per_iteration=settings.samples_per_iteration,
         alpha_auto=settings.alpha_auto,
+        mode=settings.mode,
+        mode_auto=settings.mode_auto,
     )
+
+
+def _change_values(change: Mapping) -> dict:
+    """A settings_changed entry's values as SettingChange's fields: a word (mode's) in the text fields."""
+    old, new = change["old_value"], change["new_value"]
+    if isinstance(old, str) or isinstance(new, str):
+        return {"old_text": str(old), "new_text": str(new)}
+    return {"old_value": float(old), "new_value": float(new)}
 
 
 def histogram_to_proto(histogram: CumulativeHistogram) -> pb.Histogram:

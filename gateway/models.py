@@ -18,6 +18,8 @@ RunStateWord = Literal["unspecified", "starting", "running", "pausing", "paused"
 ALPHA_RANGE = "(0, 1]"
 T_MAX_LIMIT = 100_000
 SAMPLES_LIMIT = 10_000_000
+# The sampling modes (broker/samplers/ MODE_NAMES, in its order) and auto; tests/test_auto_mode.py checks them.
+ModeSetting = Literal["sc", "autoreset", "sgr", "ver", "fast", "auto"]
 
 
 class _Answer(BaseModel):
@@ -59,12 +61,22 @@ class RunSettings(_Answer):
     t_max: int = Field(description="Truncate the round at t_max steps")
     samples_per_iteration: int = Field(description="Valid transitions per iteration (at least)")
     alpha_auto: bool = Field(False, description="alpha is chosen at each iteration (mode fast; docs/advisor.md)")
+    mode: str = Field("", description="The sampling mode in force (an iteration's: the one it sampled with)")
+    mode_auto: bool = Field(False, description="The mode is chosen at each iteration (docs/advisor.md)")
 
 
 class SettingChange(_Answer):
     name: str
-    old_value: float | None
-    new_value: float | None
+    old_value: float | str | None = Field(description="A number, or a word (mode)")
+    new_value: float | str | None = Field(description="A number, or a word (mode)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _words(cls, data):
+        """fast.v1 SettingChange carries a word-valued setting's values in old_text and new_text."""
+        if isinstance(data, dict) and (data.get("old_text") or data.get("new_text")):
+            return {**data, "old_value": data.get("old_text"), "new_value": data.get("new_text")}
+        return data
 
 
 class IterationMetrics(_Answer):
@@ -300,6 +312,9 @@ class ConfigPatch(_Body):
     alpha: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)] | Literal["auto"] | None = Field(
         None, description=f"in {ALPHA_RANGE}, or auto: chosen at each iteration (mode fast; a number turns auto off)"
     )
+    mode: ModeSetting | None = Field(
+        None, description="a sampling mode (fixes it from the next iteration), or auto: chosen at each iteration"
+    )
     t_max: int | None = Field(None, ge=1, le=T_MAX_LIMIT, description=f"1 to {T_MAX_LIMIT}")
     samples_per_iteration: int | None = Field(None, ge=1, le=SAMPLES_LIMIT, description=f"1 to {SAMPLES_LIMIT}")
     learning_rate: float | None = Field(None, gt=0.0, le=1.0, allow_inf_nan=False, description="in (0, 1]")
@@ -309,12 +324,14 @@ class ConfigPatch(_Body):
     def _something(self) -> "ConfigPatch":
         if not self.model_fields_set or all(getattr(self, name) is None for name in self.model_fields_set):
             raise ValueError(
-                "nothing to change; give at least one of alpha, t_max, samples_per_iteration, learning_rate, ent_coef"
+                "nothing to change; give at least one of alpha, t_max, samples_per_iteration, mode, learning_rate, "
+                "ent_coef"
             )
         return self
 
-    def broker_part(self) -> dict[str, float | int | bool]:
-        part = {k: v for k in ("alpha", "t_max", "samples_per_iteration") if (v := getattr(self, k)) is not None}
+    def broker_part(self) -> dict[str, float | int | bool | str]:
+        names = ("alpha", "t_max", "samples_per_iteration", "mode")  # mode: a name or auto, as UpdateSettings takes it
+        part = {k: v for k in names if (v := getattr(self, k)) is not None}
         if part.get("alpha") == "auto":  # UpdateSettings' alpha_auto
             del part["alpha"]
             part["alpha_auto"] = True

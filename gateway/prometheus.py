@@ -98,6 +98,10 @@ def _run_families(run: broker_pb2.GetRunStatusResponse) -> Iterator[Metric]:
         yield _gauge("fast_setting_alpha", "DPSA alpha in force", run.settings.alpha)
         yield _gauge("fast_setting_t_max", "t_max in force", run.settings.t_max)
         yield _gauge("fast_setting_samples_per_iteration", "Samples per iteration", run.settings.samples_per_iteration)
+        auto = {"mode": run.settings.mode or run.mode, "auto": "true" if run.settings.mode_auto else "false"}
+        yield _gauge(
+            "fast_setting_mode", "1, labelled with the sampling mode in force and whether it is chosen", 1, auto
+        )
     if run.HasField("last_metrics"):
         last = run.last_metrics
         for field, (name, doc) in _LAST_ITERATION.items():

@@ -245,19 +245,40 @@ TINY += ["--eval-episodes-per-clip", "1"]
 
 
 @pytest.mark.slow
-def test_train_with_alpha_auto_records_a_choice_per_iteration_within_the_bounds(tmp_path: Path) -> None:
+def test_train_with_alpha_auto_and_mode_auto_records_choices_and_a_switch(tmp_path: Path) -> None:
+    """One tiny run for both: alpha is chosen in each iteration sampled in fast, and mode auto (fast, then
+    a probe of ver, then the decision) switches mode at a boundary with nothing lost (tests/test_auto_mode.py)."""
     bounds = ["--alpha-min", "0.2", "--alpha-max", "0.8"]
+    modes = ["--mode", "auto", "--mode-candidates", "fast,ver", "--mode-probe-every", "2"]
     command = [sys.executable, "-m", "fast", "train", "--runs-dir", str(tmp_path), "--name", "auto"]
-    command += ["--mode", "fast", "--alpha", "auto", *bounds, "--iterations", "3", *TINY]
+    command += [*modes, "--alpha", "auto", *bounds, "--iterations", "3", *TINY]
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=150, env={**os.environ, "PYTHONUNBUFFERED": "1"}
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     lines = [json.loads(line) for line in (tmp_path / "auto" / "metrics.jsonl").read_text().splitlines()]
     assert [m["iteration"] for m in lines] == [1, 2, 3]
-    for m in lines:
+    assert [m["policy_version"] for m in lines] == [0, 1, 2]  # every batch learnt from, in turn
+    # mode auto: fast first, ver probed once, then the decision; each change a settings change.
+    assert [(m["settings"]["mode"], m["mode_auto"]["source"]) for m in lines[:2]] == [
+        ("fast", "start"),
+        ("ver", "probe"),
+    ]
+    assert all(m["settings"]["mode_auto"] and m["mode"] == m["settings"]["mode"] for m in lines)
+    assert {"name": "mode", "old_value": "fast", "new_value": "ver"} in lines[1]["settings_changed"]
+    assert lines[2]["mode_auto"]["source"] in ("stay", "switch") and lines[2]["mode_auto"]["iterations"] == {
+        "fast": 1,
+        "ver": 1,
+    }
+    assert all(v > 0 for v in lines[2]["mode_auto"]["throughput"].values())
+    back = {"name": "mode", "old_value": "ver", "new_value": "fast"} in lines[2].get("settings_changed", [])
+    assert back == (lines[2]["settings"]["mode"] == "fast")
+    # alpha auto: a choice in each iteration sampled in fast, from its window of fast iterations only.
+    fast = [m for m in lines if m["settings"]["mode"] == "fast"]
+    assert all("alpha_auto" not in m for m in lines if m["settings"]["mode"] != "fast")
+    for m in fast:
         assert m["settings"]["alpha_auto"] is True and 0.2 <= m["settings"]["alpha"] <= 0.8
         assert m["alpha_auto"]["alpha"] == m["settings"]["alpha"] and m["alpha_auto"]["grid"][::3] == [0.2, 0.5, 0.8]
-    assert [m["alpha_auto"]["source"] for m in lines] == ["prior", "model", "model"]
-    assert lines[0]["settings"]["alpha"] == 0.5
-    assert all(m["alpha_auto"]["episodes"] > 0 and m["alpha_auto"]["decision_s"] > 0 for m in lines[1:])
+    assert [m["alpha_auto"]["source"] for m in fast] == ["prior", "model"][: len(fast)]
+    assert fast[0]["settings"]["alpha"] == 0.5
+    assert all(m["alpha_auto"]["episodes"] > 0 and m["alpha_auto"]["decision_s"] > 0 for m in fast[1:])

@@ -299,8 +299,10 @@ def test_status_history_and_watch_until_the_run_stops(stack, tmp_path) -> None:
                 "t_max": 200,
                 "samples_per_iteration": 64,
                 "alpha_auto": False,
+                "mode": "fast",
+                "mode_auto": False,
             }
-            assert reply.settings == pb.RunSettings(alpha=0.5, t_max=200, samples_per_iteration=64)
+            assert reply.settings == pb.RunSettings(alpha=0.5, t_max=200, samples_per_iteration=64, mode="fast")
             assert not reply.HasField("pending_settings") and reply.num_slots == 5
             assert reply.transitions_total == sum(m["transitions"] for m in done)
             assert reply.valid_steps_total == sum(m["valid_transitions"] for m in done)
@@ -344,7 +346,7 @@ def test_status_history_and_watch_until_the_run_stops(stack, tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_update_settings_turns_alpha_auto_on_and_a_number_turns_it_off(stack, tmp_path) -> None:
+def test_update_settings_turns_alpha_auto_and_mode_auto_on_and_off(stack, tmp_path) -> None:
     broker = _broker(stack, tmp_path, [stack["sim-a"], stack["sim-b"]])
     try:
         with open_blocking_channel(broker.address) as channel:
@@ -366,6 +368,23 @@ def test_update_settings_turns_alpha_auto_on_and_a_number_turns_it_off(stack, tm
             line = _lines(tmp_path)[off.effective_iteration]
             assert line["settings"]["alpha"] == 0.7 and not line["settings"]["alpha_auto"] and "alpha_auto" not in line
             assert {"name": "alpha_auto", "old_value": True, "new_value": False} in line["settings_changed"]
+
+            # The mode, fixed by name, then chosen (mode auto) from the mode in force.
+            ver = stub.UpdateSettings(pb.UpdateSettingsRequest(mode="ver"), timeout=5)
+            assert ver.settings.mode == "ver" and not ver.settings.mode_auto
+            _wait(lambda: ver.effective_iteration in _lines(tmp_path), 120, f"iteration {ver.effective_iteration}")
+            line = _lines(tmp_path)[ver.effective_iteration]
+            assert line["mode"] == line["settings"]["mode"] == "ver" and "mode_auto" not in line
+            assert {"name": "mode", "old_value": "fast", "new_value": "ver"} in line["settings_changed"]
+            assert line["policy_version"] == _lines(tmp_path)[ver.effective_iteration - 1]["policy_version"] + 1
+            assert stub.GetRunStatus(pb.GetRunStatusRequest(), timeout=5).mode == "ver"
+            auto = stub.UpdateSettings(pb.UpdateSettingsRequest(mode="auto"), timeout=5)
+            assert auto.settings.mode == "ver" and auto.settings.mode_auto
+            _wait(lambda: auto.effective_iteration in _lines(tmp_path), 120, f"iteration {auto.effective_iteration}")
+            line = _lines(tmp_path)[auto.effective_iteration]
+            assert line["settings"]["mode_auto"] and line["mode_auto"]["mode"] == line["mode"] == "ver"
+            assert line["mode_auto"]["source"] == "start" and line["mode_auto"]["iterations"]["ver"] >= 1
+            assert {"name": "mode_auto", "old_value": False, "new_value": True} in line["settings_changed"]
             stub.Control(pb.ControlRequest(action=pb.CONTROL_ACTION_STOP), timeout=5)
         assert broker.process.wait(timeout=60) == 0
     finally:
@@ -390,6 +409,10 @@ def test_update_settings_and_detach_then_register_again(stack, tmp_path) -> None
                 (pb.UpdateSettingsRequest(t_max=100_001), "t_max is 100001"),
                 (pb.UpdateSettingsRequest(samples_per_iteration=0), "samples_per_iteration is 0"),
                 (pb.UpdateSettingsRequest(samples_per_iteration=10_000_001), "samples_per_iteration is 10000001"),
+                (
+                    pb.UpdateSettingsRequest(mode="turbo"),
+                    "mode is 'turbo'; allowed: sc, autoreset, sgr, ver, fast or auto",
+                ),
             ]:
                 with pytest.raises(grpc.RpcError) as refused:
                     stub.UpdateSettings(request, timeout=5)
@@ -397,7 +420,7 @@ def test_update_settings_and_detach_then_register_again(stack, tmp_path) -> None
                 assert fragment in refused.value.details()
 
             changed = stub.UpdateSettings(pb.UpdateSettingsRequest(alpha=1.0, samples_per_iteration=100), timeout=5)
-            new = pb.RunSettings(alpha=1.0, t_max=200, samples_per_iteration=100)
+            new = pb.RunSettings(alpha=1.0, t_max=200, samples_per_iteration=100, mode="fast")
             assert changed.settings == new
             effective = changed.effective_iteration
             _wait(lambda: effective in _lines(tmp_path), 120, f"iteration {effective}")
@@ -407,6 +430,8 @@ def test_update_settings_and_detach_then_register_again(stack, tmp_path) -> None
                 "t_max": 200,
                 "samples_per_iteration": 100,
                 "alpha_auto": False,
+                "mode": "fast",
+                "mode_auto": False,
             }
             assert lines[effective]["valid_transitions"] >= 100
             broker_changes = [

@@ -36,10 +36,20 @@ def _metrics(iteration: int = 3, *, episodes: bool = True) -> dict:
         "iteration_time_s": 0.75,
         **stats.summary(),
         "learner": {"policy_loss": 0.5, "explained_variance": None, "num_valid": 30, "num_total": 40},
-        "settings": {"alpha": 0.5, "t_max": 200, "samples_per_iteration": 64, "alpha_auto": False},
+        "settings": {
+            "alpha": 0.5,
+            "t_max": 200,
+            "samples_per_iteration": 64,
+            "alpha_auto": False,
+            "mode": "fast",
+            "mode_auto": True,
+        },
     }
     if iteration == 3:
-        metrics["settings_changed"] = [{"name": "alpha", "old_value": 0.5, "new_value": 1.0}]
+        metrics["settings_changed"] = [
+            {"name": "alpha", "old_value": 0.5, "new_value": 1.0},
+            {"name": "mode", "old_value": "ver", "new_value": "fast"},  # a word: SettingChange's text fields
+        ]
     return json.loads(json.dumps(metrics))
 
 
@@ -74,8 +84,13 @@ def test_metrics_round_trip_through_iteration_metrics(episodes: bool) -> None:
     else:  # NaN means: unset on the wire
         assert not message.HasField("episode_length_mean") and not message.HasField("episode_return_mean")
     assert math.isnan(message.learner.explained_variance)  # None in the dict: NaN on the wire
-    assert message.settings == pb.RunSettings(alpha=0.5, t_max=200, samples_per_iteration=64)
-    assert [(c.name, c.old_value, c.new_value) for c in message.settings_changed] == [("alpha", 0.5, 1.0)]
+    assert message.settings == pb.RunSettings(
+        alpha=0.5, t_max=200, samples_per_iteration=64, mode="fast", mode_auto=True
+    )
+    assert [(c.name, c.old_value, c.new_value, c.old_text, c.new_text) for c in message.settings_changed] == [
+        ("alpha", 0.5, 1.0, "", ""),
+        ("mode", 0.0, 0.0, "ver", "fast"),
+    ]
     assert (message.steps_ahead, message.steps_discarded) == (5, 2)
 
 

@@ -49,6 +49,7 @@ def test_dashboard_updates_and_pauses_the_run(tmp_path: Path) -> None:
             page.wait_for_function("series.throughput.length >= 2 && series.eta.length >= 2", timeout=60_000)
             expect(page.locator("#simulators tbody tr")).to_have_count(1)
             assert page.locator("#throughput").text_content() not in ("", "-")
+            expect(page.locator("#settings")).to_contain_text("in force: mode fast, alpha 0.5")  # "(auto)" if auto
 
             page.click("#pause")
             expect(page.locator("#state")).to_have_text("paused", timeout=60_000)

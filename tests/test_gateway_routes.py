@@ -54,7 +54,7 @@ def _metrics(iteration: int) -> broker_pb2.IterationMetrics:
         episode_lengths=[10, 20],
         episode_returns=[1.5, float("nan")],
         closed_loop={"collided": 0.25},
-        settings=broker_pb2.RunSettings(alpha=0.5, t_max=200, samples_per_iteration=256),
+        settings=broker_pb2.RunSettings(alpha=0.5, t_max=200, samples_per_iteration=256, mode="fast"),
     )
     m.episode_length_mean = 15.0
     m.learner.explained_variance = float("nan")  # constant returns: undefined, must come out null
@@ -77,7 +77,7 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
             num_slots=10,
             valid_steps_total=768,
             last_metrics=_metrics(3),
-            settings=broker_pb2.RunSettings(alpha=0.5, t_max=200, samples_per_iteration=256),
+            settings=broker_pb2.RunSettings(alpha=0.5, t_max=200, samples_per_iteration=256, mode="fast"),
             simulators=[
                 broker_pb2.SimulatorStatus(
                     address="127.0.0.1:7001", env_id="takeover", up=True, num_slots=10, step_latency_s=0.002
@@ -221,7 +221,14 @@ def test_get_status(stack):
     body = client.get("/v1/status").json()
     assert body["state"] == "running"
     assert body["policy_version_lag"] == 1  # learner at 4, broker samples with 3
-    assert body["settings"] == {"alpha": 0.5, "t_max": 200, "samples_per_iteration": 256, "alpha_auto": False}
+    assert body["settings"] == {
+        "alpha": 0.5,
+        "t_max": 200,
+        "samples_per_iteration": 256,
+        "alpha_auto": False,
+        "mode": "fast",
+        "mode_auto": False,
+    }
     assert body["pending_settings"] is None
     assert body["simulators"][0]["address"] == "127.0.0.1:7001"
     last = body["last_metrics"]
@@ -314,6 +321,7 @@ def test_get_metrics_prometheus(stack):
     assert 'fast_episode_length_bucket{le="+Inf"} 2.0' in text
     assert 'fast_simulator_step_latency_seconds{address="127.0.0.1:7001"} 0.002' in text
     assert "fast_policy_version_lag 1.0" in text
+    assert 'fast_setting_mode{auto="false",mode="fast"} 1.0' in text
 
 
 def test_get_metrics_prometheus_half_down(stack):
@@ -537,3 +545,13 @@ def test_cors_closed_by_default(stack):
 def test_settings_refuse_wildcard_cors():
     with pytest.raises(ValueError, match="any web page"):
         GatewaySettings(broker="a:1", learner="b:2", cors_origins="*")
+
+
+def test_patch_config_mode_goes_to_update_settings_as_given(stack):
+    client, broker_u, _ = stack
+    for mode in ("ver", "auto"):
+        assert client.patch("/v1/config", json={"mode": mode}, headers=AUTH).status_code == 200
+        broker_request = broker_u.calls[-1][1]
+        assert broker_request.HasField("mode") and broker_request.mode == mode
+    refused = client.patch("/v1/config", json={"mode": "turbo"}, headers=AUTH)
+    assert refused.status_code == 422 and "mode" in refused.text

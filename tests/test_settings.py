@@ -107,6 +107,9 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "host": "0.0.0.0",
         "port": 7003,
         "mode": "sgr",
+        "mode_candidates": ["ver", "sgr"],
+        "mode_probe_every": 4,
+        "mode_margin": 0.25,
         "alpha": 0.75,
         "alpha_min": 0.2,
         "alpha_max": 0.9,
@@ -147,7 +150,10 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "train": {
         "name": "sample-run",
         "runs_dir": Path("/tmp/runs"),
-        "mode": "ver",
+        "mode": "auto",
+        "mode_candidates": ["autoreset", "fast"],
+        "mode_probe_every": 3,
+        "mode_margin": 0.05,
         "alpha": "auto",
         "alpha_min": 0.3,
         "alpha_max": 0.7,
@@ -340,6 +346,9 @@ def test_train_takes_the_services_settings_whole() -> None:
     """alpha's type, range, default and help are the broker's; the learner's PPO knobs the learner's."""
     for name in (
         "mode",
+        "mode_candidates",
+        "mode_probe_every",
+        "mode_margin",
         "alpha",
         "alpha_min",
         "alpha_max",
@@ -380,6 +389,9 @@ def test_a_run_starts_its_services_from_configs(tmp_path: Path) -> None:
     broker = cfg.broker_config(["127.0.0.1:1"], "127.0.0.1:2", tmp_path, 10)
     for name in (
         "mode",
+        "mode_candidates",
+        "mode_probe_every",
+        "mode_margin",
         "alpha",
         "alpha_min",
         "alpha_max",

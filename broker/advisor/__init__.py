@@ -9,10 +9,12 @@
                 `probe_lengths`)
     auto_alpha.py  `--alpha auto`: the run's own costs and censored lengths over a window, and the
                 alpha `best_alpha` picks from them inside the user's bounds
+    auto_mode.py   `--mode auto`: the run's measured throughput per mode, probes of the other
+                candidates, and the switch past a margin
 
 Maths only: no sockets, no asyncio, no wall clock. It lives in the broker because it models the
 broker's rules with the broker's own rule objects (broker/samplers/) and dealer, and because the
-broker is where a run chooses alpha (auto_alpha.py) and will choose its mode (issue 30); docs/advisor.md.
+broker is where a run chooses alpha (auto_alpha.py) and its mode (auto_mode.py); docs/advisor.md.
 """
 
 from broker.advisor.lengths import EpisodeLengths

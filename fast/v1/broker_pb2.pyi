@@ -67,16 +67,20 @@ class SimulatorStatus(_message.Message):
     def __init__(self, address: _Optional[str] = ..., up: _Optional[bool] = ..., num_slots: _Optional[int] = ..., faults: _Optional[int] = ..., readmissions: _Optional[int] = ..., last_error: _Optional[str] = ..., env_id: _Optional[str] = ..., step_latency_s: _Optional[float] = ..., reset_latency_s: _Optional[float] = ..., draining: _Optional[bool] = ..., step_stream: _Optional[bool] = ..., batched_reset: _Optional[bool] = ..., step_transport: _Optional[str] = ...) -> None: ...
 
 class RunSettings(_message.Message):
-    __slots__ = ("alpha", "t_max", "samples_per_iteration", "alpha_auto")
+    __slots__ = ("alpha", "t_max", "samples_per_iteration", "alpha_auto", "mode", "mode_auto")
     ALPHA_FIELD_NUMBER: _ClassVar[int]
     T_MAX_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_PER_ITERATION_FIELD_NUMBER: _ClassVar[int]
     ALPHA_AUTO_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    MODE_AUTO_FIELD_NUMBER: _ClassVar[int]
     alpha: float
     t_max: int
     samples_per_iteration: int
     alpha_auto: bool
-    def __init__(self, alpha: _Optional[float] = ..., t_max: _Optional[int] = ..., samples_per_iteration: _Optional[int] = ..., alpha_auto: _Optional[bool] = ...) -> None: ...
+    mode: str
+    mode_auto: bool
+    def __init__(self, alpha: _Optional[float] = ..., t_max: _Optional[int] = ..., samples_per_iteration: _Optional[int] = ..., alpha_auto: _Optional[bool] = ..., mode: _Optional[str] = ..., mode_auto: _Optional[bool] = ...) -> None: ...
 
 class TimeSplit(_message.Message):
     __slots__ = ("stepping", "resetting", "inference", "transport", "waiting")
@@ -105,14 +109,18 @@ class EpisodeEnds(_message.Message):
     def __init__(self, terminated: _Optional[int] = ..., clip_end: _Optional[int] = ..., cut: _Optional[int] = ..., fault: _Optional[int] = ...) -> None: ...
 
 class SettingChange(_message.Message):
-    __slots__ = ("name", "old_value", "new_value")
+    __slots__ = ("name", "old_value", "new_value", "old_text", "new_text")
     NAME_FIELD_NUMBER: _ClassVar[int]
     OLD_VALUE_FIELD_NUMBER: _ClassVar[int]
     NEW_VALUE_FIELD_NUMBER: _ClassVar[int]
+    OLD_TEXT_FIELD_NUMBER: _ClassVar[int]
+    NEW_TEXT_FIELD_NUMBER: _ClassVar[int]
     name: str
     old_value: float
     new_value: float
-    def __init__(self, name: _Optional[str] = ..., old_value: _Optional[float] = ..., new_value: _Optional[float] = ...) -> None: ...
+    old_text: str
+    new_text: str
+    def __init__(self, name: _Optional[str] = ..., old_value: _Optional[float] = ..., new_value: _Optional[float] = ..., old_text: _Optional[str] = ..., new_text: _Optional[str] = ...) -> None: ...
 
 class IterationMetrics(_message.Message):
     __slots__ = ("iteration", "policy_version", "time", "iteration_time_s", "mode", "num_slots", "sampling_time_s", "transitions", "valid_transitions", "raw_throughput", "validity", "effective_throughput", "time_efficiency", "time_split_s", "episodes", "episode_ends", "episode_length_mean", "episode_lengths", "episode_return_mean", "episode_returns", "global_resets", "global_resets_per_1k_valid", "slot_resets_per_1k_valid", "reset_calls", "faults", "closed_loop", "learner", "settings", "settings_changed", "steps_ahead", "steps_discarded")
@@ -262,16 +270,18 @@ class WatchMetricsRequest(_message.Message):
     def __init__(self, since_iteration: _Optional[int] = ...) -> None: ...
 
 class UpdateSettingsRequest(_message.Message):
-    __slots__ = ("alpha", "t_max", "samples_per_iteration", "alpha_auto")
+    __slots__ = ("alpha", "t_max", "samples_per_iteration", "alpha_auto", "mode")
     ALPHA_FIELD_NUMBER: _ClassVar[int]
     T_MAX_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_PER_ITERATION_FIELD_NUMBER: _ClassVar[int]
     ALPHA_AUTO_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
     alpha: float
     t_max: int
     samples_per_iteration: int
     alpha_auto: bool
-    def __init__(self, alpha: _Optional[float] = ..., t_max: _Optional[int] = ..., samples_per_iteration: _Optional[int] = ..., alpha_auto: _Optional[bool] = ...) -> None: ...
+    mode: str
+    def __init__(self, alpha: _Optional[float] = ..., t_max: _Optional[int] = ..., samples_per_iteration: _Optional[int] = ..., alpha_auto: _Optional[bool] = ..., mode: _Optional[str] = ...) -> None: ...
 
 class UpdateSettingsResponse(_message.Message):
     __slots__ = ("settings", "effective_iteration")

@@ -122,7 +122,7 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UpdateSettings(self, request, context):
-        """Change alpha, t_max or samples per iteration from the next iteration on (INVALID_ARGUMENT names a
+        """Change alpha, t_max, samples per iteration or the mode from the next iteration on (INVALID_ARGUMENT names a
         value out of range; FAILED_PRECONDITION when the run is over).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -1,6 +1,6 @@
 """GET and PATCH /v1/config: the settings a run can change while it runs.
 
-alpha, t_max and samples_per_iteration go to every broker (from its next iteration), learning_rate
+alpha, t_max, samples_per_iteration and mode go to every broker (from its next iteration), learning_rate
 and ent_coef to the learner, rank 0 of a group (from its next update); metrics.jsonl records each
 change with the iteration it took effect (`settings_changed`). GET shows broker 0's settings and
 rank 0's hyper-parameters (GET /v1/status shows every broker's).

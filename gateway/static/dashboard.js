@@ -82,8 +82,11 @@ function showStatus(status) {
   const s = status.settings, p = status.pending_settings;
   if (s) {
     const alpha = (x) => fmt(x.alpha) + (x.alpha_auto ? " (auto)" : "");
-    $("settings").textContent = `in force: alpha ${alpha(s)}, t_max ${s.t_max}, samples ${s.samples_per_iteration}` +
-      (p ? ` (next: alpha ${p.alpha_auto ? "auto" : fmt(p.alpha)}, t_max ${p.t_max})` : "");
+    const mode = (x) => (x.mode || "?") + (x.mode_auto ? " (auto)" : "");
+    $("settings").textContent = `in force: mode ${mode(s)}, alpha ${alpha(s)}, t_max ${s.t_max}, ` +
+      `samples ${s.samples_per_iteration}` +
+      (p ? ` (next: mode ${p.mode_auto ? "auto" : p.mode}, alpha ${p.alpha_auto ? "auto" : fmt(p.alpha)}, ` +
+        `t_max ${p.t_max})` : "");
     if (document.activeElement !== $("alpha") && !$("alpha").value) $("alpha").value = s.alpha;
     if (document.activeElement !== $("tmax") && !$("tmax").value) $("tmax").value = s.t_max;
   }
@@ -169,6 +172,7 @@ $("resume").onclick = () => send("POST", "/v1/run/resume");
 $("stop").onclick = () => { if (confirm("Stop the run after the current iteration?")) send("POST", "/v1/run/stop"); };
 $("apply").onclick = () => {
   const body = {};
+  if ($("mode").value) body.mode = $("mode").value;
   if ($("alpha").value) body.alpha = Number($("alpha").value);
   if ($("tmax").value) body.t_max = Number($("tmax").value);
   send("PATCH", "/v1/config", body);

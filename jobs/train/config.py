@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from broker.config import BrokerConfig, check_alpha_bounds
+from broker.config import BrokerConfig, ModeSetting, check_alpha_bounds
 from broker.samplers import ModeName
 from broker.samplers.fast import Truncation
 from fast.addresses import is_dns_name
@@ -45,7 +45,10 @@ class TrainConfig(Settings):
     runs_dir: Path = Field(Path("runs"), description="Where runs are written.")
 
     # Sampling (the broker's settings).
-    mode: ModeName = same_as(BrokerConfig, "mode")
+    mode: ModeSetting = same_as(BrokerConfig, "mode")
+    mode_candidates: list[ModeName] = same_as(BrokerConfig, "mode_candidates")  # its check (ModeCandidates) too
+    mode_probe_every: int = same_as(BrokerConfig, "mode_probe_every")
+    mode_margin: float = same_as(BrokerConfig, "mode_margin")
     alpha: float | Literal["auto"] = same_as(BrokerConfig, "alpha")  # its check (broker/config.py Alpha) too
     alpha_min: float = same_as(BrokerConfig, "alpha_min")
     alpha_max: float = same_as(BrokerConfig, "alpha_max")
@@ -259,6 +262,9 @@ class TrainConfig(Settings):
 # The settings of a run passed to a service under the same name (`same_as` above).
 _BROKER_SETTINGS = (
     "mode",
+    "mode_candidates",
+    "mode_probe_every",
+    "mode_margin",
     "alpha",
     "alpha_min",
     "alpha_max",
