@@ -126,7 +126,9 @@ def test_advise_json_holds_the_probes_and_every_mode_ranked(advised) -> None:
     assert result["workload"]["clips"] == 10 and len(result["workload"]["servers"]) == 2
     assert set(result["probes"]) == {"0", "1"}
     for probe in result["probes"].values():
-        assert probe["costs"]["step_s"] > 0.001  # calibrated: 1.6 ms a step
+        # calibrated: 1.6 ms a step. The one-slot Step as the server timed it (a wait is never short); the
+        # fit's fixed part is that less a per-slot slope, which a loaded moment inflates (0.67 ms once).
+        assert probe["figures"]["step_1"]["median"] > 0.0015 and probe["costs"]["step_s"] > 0
         assert probe["costs"]["map_load_s"] > 0.05  # ... and 123 ms a map load
         assert set(probe["findings"]) == {"reset_exclusive", "loads_shared", "reset_blocks_steps", "prepare_hides_load"}
         assert {"median", "mean", "spread", "n"} <= set(probe["figures"]["step_1"])

@@ -12,9 +12,9 @@ import time
 import numpy as np
 import pytest
 
-from broker.advisor import (
+from broker.advisor.lengths import EpisodeLengths
+from broker.advisor.model import (
     Catalog,
-    EpisodeLengths,
     Horizon,
     ModeSettings,
     SimulatorCosts,

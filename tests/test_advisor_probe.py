@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scripted_env import ScriptedLengthEnv
 
-from broker.advisor import EpisodeLengths
+from broker.advisor.lengths import EpisodeLengths
 from broker.advisor.probe import probe_lengths, probe_server
 from broker.dealer import ClipDealer
 from broker.in_process import InProcessPool

@@ -15,34 +15,7 @@
 Maths only: no sockets, no asyncio, no wall clock. It lives in the broker because it models the
 broker's rules with the broker's own rule objects (broker/samplers/) and dealer, and because the
 broker is where a run chooses alpha (auto_alpha.py) and its mode (auto_mode.py); docs/advisor.md.
+
+Nothing is imported here: broker/config.py reads auto_mode.py's defaults, and every process that
+parses a broker setting would otherwise load the model too. Import from the modules.
 """
-
-from broker.advisor.lengths import EpisodeLengths
-from broker.advisor.model import (
-    ALPHA_GRID,
-    Catalog,
-    Horizon,
-    ModeSettings,
-    Prediction,
-    SimulatorCosts,
-    Workload,
-    best_alpha,
-    predict,
-    rank,
-    standard_modes,
-)
-
-__all__ = [
-    "ALPHA_GRID",
-    "Catalog",
-    "EpisodeLengths",
-    "Horizon",
-    "ModeSettings",
-    "Prediction",
-    "SimulatorCosts",
-    "Workload",
-    "best_alpha",
-    "predict",
-    "rank",
-    "standard_modes",
-]

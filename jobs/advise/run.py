@@ -25,7 +25,7 @@ from dataclasses import asdict, replace
 
 import numpy as np
 
-from broker.advisor import Catalog, Horizon, Prediction, Workload, best_alpha, rank, standard_modes
+from broker.advisor.model import Catalog, Horizon, Prediction, Workload, best_alpha, rank, standard_modes
 from broker.advisor.probe import ProbeError, probe_lengths, probe_server
 from broker.dealer import HOLDOUT_EVERY, ClipDealer
 from jobs.advise.config import DEFAULT_CLIPS, AdviseConfig
