@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from broker.advisor.auto_alpha import AutoAlpha, IterationCosts, alpha_grid, fit_reset
 from broker.advisor.lengths import EpisodeLengths
 from broker.advisor.model import ModeSettings, SimulatorCosts, Workload, predict
-from broker.advisor.auto_alpha import AutoAlpha, IterationCosts, alpha_grid, fit_reset
 from broker.config import BrokerConfig
 from broker.settings import RunSettings, SettingError, changes
 from jobs.train.config import TrainConfig
@@ -261,10 +261,12 @@ def test_train_with_alpha_auto_and_mode_auto_records_choices_and_a_switch(tmp_pa
     assert [m["iteration"] for m in lines] == [1, 2, 3]
     assert [m["policy_version"] for m in lines] == [0, 1, 2]  # every batch learnt from, in turn
     # mode auto: fast first, ver probed once, then the decision; each change a settings change.
+    # (tests/test_train.py runs fast alone; ver trains end to end here, in the probe.)
     assert [(m["settings"]["mode"], m["mode_auto"]["source"]) for m in lines[:2]] == [
         ("fast", "start"),
         ("ver", "probe"),
     ]
+    assert lines[1]["valid_transitions"] >= 128 and "policy_loss" in lines[1]["learner"]
     assert all(m["settings"]["mode_auto"] and m["mode"] == m["settings"]["mode"] for m in lines)
     assert {"name": "mode", "old_value": "fast", "new_value": "ver"} in lines[1]["settings_changed"]
     assert lines[2]["mode_auto"]["source"] in ("stay", "switch") and lines[2]["mode_auto"]["iterations"] == {

@@ -158,26 +158,52 @@ def test_bench_sampling_on_external_simulators(external, tmp_path: Path) -> None
     assert result.exit_code == 2 and "--clips 5 needs 5 slots; the simulators have 4" in result.output
 
 
+# `fast bench train` end to end is tested here, on the external servers (one pair of runs serves both).
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_bench_train_on_external_simulators(external, tmp_path: Path) -> None:
+def test_bench_train_on_external_simulators_runs_each_mode_and_evaluates_checkpoints(external, tmp_path: Path) -> None:
     out = tmp_path / "bench-train"
-    result = CliRunner().invoke(
-        app,
-        ["bench", "train", "--simulators", _spec(external), "--modes", "fast", "--seeds", "1", "--iterations", "2"]
-        + ["--samples-per-iteration", "128", "--update-epochs", "1", "--checkpoint-every", "2"]
-        + ["--eval-episodes-per-clip", "1", "--out", str(out)],
-    )
+    args = ["bench", "train", "--simulators", _spec(external), "--modes", "sc,fast", "--seeds", "1"]
+    args += ["--iterations", "4", "--samples-per-iteration", "64", "--update-epochs", "1", "--checkpoint-every", "2"]
+    args += ["--eval-episodes-per-clip", "1", "--target-return", "-1000", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     bench = json.loads((out / "train.json").read_text())
     assert bench["config"]["simulators"] == [s.address for s in external]
     assert [s["num_slots"] for s in bench["simulators"]["servers"]] == [2, 2]
-    (record,) = bench["runs"]
-    assert [p["version"] for p in record["eval_curve"]] == [0, 2]  # held-out curve on the external servers
-    run_config = yaml.safe_load((Path(record["run_dir"]) / "config.yaml").read_text())
-    assert run_config["train"]["simulators"] == [s.address for s in external]
-    assert "external simulators" in (out / "train.md").read_text()
+    assert [(r["mode"], r["seed"]) for r in bench["runs"]] == [("sc", 0), ("fast", 0)]
+    assert bench["finished"] is True  # written after every run too, with finished false until the last
+    for record in bench["runs"]:
+        curve = record["eval_curve"]  # held out, on the external servers
+        assert [p["version"] for p in curve] == [0, 2, 4]  # the start, every 2nd version, the end
+        assert [p["episodes"] for p in curve] == [20, 20, 20]  # 1 per held-out clip (200 clips, every 10th)
+        assert curve[0]["time_s"] == 0.0 and curve[0]["time_s"] < curve[1]["time_s"] < curve[2]["time_s"]
+        assert curve[2]["transitions"] >= 4 * 64 and record["time_to_target_s"] == 0.0
+        # Only the newest checkpoint is kept: the run stays a `fast compare` input.
+        assert [p.name for p in (Path(record["run_dir"]) / "checkpoints").glob("ckpt-*.pt")] == ["ckpt-000000004.pt"]
+        run_config = yaml.safe_load((Path(record["run_dir"]) / "config.yaml").read_text())
+        assert run_config["train"]["simulators"] == [s.address for s in external]
+    # The same held-out episodes for both modes: with one seed, version 0 is the same policy and scores alike.
+    assert bench["runs"][0]["eval_curve"][0]["return_mean"] == bench["runs"][1]["eval_curve"][0]["return_mean"]
+    assert {row["mode"] for row in bench["summary"]} == {"sc", "fast"}
+    report = (out / "train.md").read_text()
+    assert "external simulators" in report and "| fast | 1 | 1 |" in report
+    assert (out / "train_curves.png").stat().st_size > 0
     _assert_still_serving(external)
+    # --report-only rewrites the report from train.json, training nothing.
+    (out / "train.md").unlink()
+    result = CliRunner().invoke(app, ["bench", "train", "--report-only", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "| fast | 1 | 1 |" in (out / "train.md").read_text() and len(list((out / "runs").iterdir())) == 2
+    # ... for a new target, recomputed from the stored held-out curves: no run reaches 1e9.
+    result = CliRunner().invoke(app, ["bench", "train", "--report-only", "--out", str(out), "--target-return", "1e9"])
+    assert result.exit_code == 0, result.output
+    rewritten = json.loads((out / "train.json").read_text())
+    assert rewritten["config"]["target_return"] == 1e9
+    assert all(r["time_to_target_s"] is None and r["transitions_to_target"] is None for r in rewritten["runs"])
+    assert "| fast | 1 | 0 |" in (out / "train.md").read_text()
+    result = CliRunner().invoke(app, ["bench", "train", "--report-only"])
+    assert result.exit_code == 2 and "--report-only needs --out" in result.output
 
 
 @pytest.mark.slow

@@ -26,17 +26,19 @@ def _metrics(run_dir: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_same_seed_same_machine_gives_identical_metrics_and_weights(tmp_path: Path) -> None:
-    """Three runs side by side: twice over the local step sockets (the default), once over gRPC
-    (FAST_TRAIN_LOCAL_STEP=false); all three learn the same policy."""
+    """Two runs side by side, one over the local step sockets (the default), one over gRPC
+    (FAST_TRAIN_LOCAL_STEP=false), learn the same policy: equal runs with different transports are
+    equal runs (a source of randomness or of timing-dependent order would tell them apart whatever the
+    transport), and the transport changes nothing."""
     args = [*TINY, "--iterations", "4", "--seed", "3", "--mode", "fast"]
-    envs = {"first": {}, "second": {}, "grpc": {"FAST_TRAIN_LOCAL_STEP": "false"}}
+    envs = {"first": {}, "grpc": {"FAST_TRAIN_LOCAL_STEP": "false"}}
     runs = [fast_train(tmp_path, name, *args, env=env) for name, env in envs.items()]
     for process in runs:
         code, output = finish(process, RUN_TIMEOUT_S * 3)
         assert code == 0, output[-3000:]
     dirs = [tmp_path / name for name in envs]
     transports = [yaml.safe_load((d / "config.yaml").read_text())["train"]["local_step"] for d in dirs]
-    assert transports == [True, True, False]
+    assert transports == [True, False]
 
     first, *others = dirs
     metrics = _metrics(first)
