@@ -214,23 +214,36 @@ def test_sim_check_passes(example: ServiceProcess) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(JOB_TIMEOUT_S + 60)
-def test_train_on_the_example(example: ServiceProcess, tmp_path: Path) -> None:
-    name = f"{example.name}-run"
-    command = [sys.executable, "-m", "fast", "train", "--simulators", example.address, "--iterations", "3"]
-    command += ["--samples-per-iteration", "256", "--update-epochs", "1", "--eval-episodes-per-clip", "1"]
-    command += ["--runs-dir", str(tmp_path), "--name", name]
-    out = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=JOB_TIMEOUT_S,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        start_new_session=True,  # a Ctrl-C of the test run goes to pytest, which stops it
-    )
-    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
-    lines = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines() if line]
-    assert [m["iteration"] for m in lines] == [1, 2, 3]
-    assert example.alive(), "the example server did not outlive the run"
+def test_train_on_both_examples_at_once(python_dir: Path, tmp_path: Path) -> None:
+    """One `fast train` over the Python and the Node example servers together (one stack for both: a
+    run's simulators may be written in different languages, as long as they serve the same thing); the
+    Python one alone where node is not installed (node_or_skip says when that is a failure)."""
+    servers = [start_example("python", python_dir)]
+    try:
+        try:
+            servers.append(start_example("node", None))
+        except pytest.skip.Exception:
+            pass
+        command = [sys.executable, "-m", "fast", "train", "--simulators", ",".join(s.address for s in servers)]
+        command += ["--iterations", "3", "--samples-per-iteration", "256", "--update-epochs", "1"]
+        command += ["--eval-episodes-per-clip", "1", "--runs-dir", str(tmp_path), "--name", "examples"]
+        out = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=JOB_TIMEOUT_S,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,  # a Ctrl-C of the test run goes to pytest, which stops it
+        )
+        assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+        lines = [json.loads(line) for line in (tmp_path / "examples" / "metrics.jsonl").read_text().splitlines()]
+        assert [m["iteration"] for m in lines] == [1, 2, 3]
+        # Every server's slots sampled: 8 a server, all of them in the batch's slot count.
+        assert all(m["num_slots"] == 8 * len(servers) for m in lines), [m["num_slots"] for m in lines]
+        assert all(s.alive() for s in servers), "an example server did not outlive the run"
+    finally:
+        for server in servers:
+            server.stop()
 
 
 # -- the two examples are one simulator -----------------------------------------------------------
