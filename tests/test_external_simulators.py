@@ -206,20 +206,8 @@ def test_bench_train_on_external_simulators_runs_each_mode_and_evaluates_checkpo
     assert result.exit_code == 2 and "--report-only needs --out" in result.output
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_train_on_too_few_clips_skips_the_evaluation_with_a_note(tmp_path: Path) -> None:
-    with sim_server("--slots", "2", "--num-clips", "5") as server:
-        one_iteration = ["--iterations", "1", *TINY[2:]]
-        code, output = _fast(
-            "train", "--runs-dir", str(tmp_path), "--name", "few", "--simulators", server.address, *one_iteration
-        )
-        assert server.alive()
-    assert code == 0, output[-3000:]
-    assert "needs at least 10" in output and "evaluation skipped" in output
-    evaluation = json.loads((tmp_path / "few" / "eval.json").read_text())
-    assert "5 clip(s)" in evaluation["skipped"]
-    assert "| evaluation | skipped: the simulators have 5 clip(s)" in (tmp_path / "few" / "report.md").read_text()
+# A run on too few clips for an evaluation (it is skipped, with a note): tests/test_simulator_kit.py's
+# training run, on a server of 8 clips.
 
 
 def test_an_external_server_with_another_token_fails_fast_naming_the_token(tmp_path: Path) -> None:

@@ -40,6 +40,9 @@ SLOTS = np.arange(4)
 CLIPS = np.array([3, 5, 3, 7])  # slots 0 and 2 (on different workers) play the same clip and seed
 SEEDS = np.array([1, 2, 1, 0])
 STEPS = 45  # past the time limit (40): every slot's episode ends
+# The kit server's catalog: CLIPS fit in it, and it is below the 10 clips an evaluation needs, so the training
+# run on it also shows a run on too few clips skipping its evaluation with a note.
+KIT_CLIPS = 8
 
 
 def _actions(step: int) -> np.ndarray:
@@ -62,7 +65,7 @@ def _served_env(*args: str) -> Iterator[ServiceProcess]:
 
 @pytest.fixture(scope="module")
 def kit_server() -> Iterator[ServiceProcess]:
-    server = _env_server("--env", MAIN_THREAD, "--processes", "2", "--slots", "4", "--num-clips", "20")
+    server = _env_server("--env", MAIN_THREAD, "--processes", "2", "--slots", "4", "--num-clips", str(KIT_CLIPS))
     try:
         yield server
     finally:
@@ -71,7 +74,7 @@ def kit_server() -> Iterator[ServiceProcess]:
 
 def _reference() -> list[tuple]:
     """The trajectory of the scripted calls on the env in this process (the main thread)."""
-    env = GymSlotEnv(gym_factory(MAIN_THREAD[4:]), num_slots=4, num_clips=20)
+    env = GymSlotEnv(gym_factory(MAIN_THREAD[4:]), num_slots=4, num_clips=KIT_CLIPS)
     trajectory: list[tuple] = [("reset", env.reset(SLOTS, CLIPS, SEEDS))]
     live = np.ones(SLOTS.size, dtype=bool)
     for step in range(STEPS):
@@ -236,6 +239,12 @@ def test_train_runs_on_a_processes_server(kit_server: ServiceProcess, tmp_path: 
     )
     assert done.returncode == 0, done.stdout[-3000:]
     assert kit_server.alive()
+    # 8 clips: too few to hold 10% out, so the evaluation is skipped, and the run says so.
+    assert "needs at least 10" in done.stdout and "evaluation skipped" in done.stdout
+    evaluation = json.loads((tmp_path / "kit" / "eval.json").read_text())
+    assert f"{KIT_CLIPS} clip(s)" in evaluation["skipped"]
+    report = (tmp_path / "kit" / "report.md").read_text()
+    assert f"| evaluation | skipped: the simulators have {KIT_CLIPS} clip(s)" in report
 
 
 # -- one engine per process ------------------------------------------------------------------------------------
