@@ -330,7 +330,8 @@ def bench_train(
     modes: Annotated[
         str,
         typer.Option(
-            help="Sampling modes, comma-separated; a mode may add +locality and/or +prefetch (e.g. fast+locality)."
+            help="Sampling modes, comma-separated, auto among them (--mode auto: the run chooses as it goes); "
+            "a mode may add +locality and/or +prefetch (e.g. fast+locality)."
         ),
     ] = _text(TrainBenchConfig.modes),
     clips: Annotated[

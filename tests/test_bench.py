@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from jobs.bench.harness import SamplingBenchConfig, spread_slots
 from jobs.bench.learning_curve import time_to_target, version_clock
 from jobs.bench.sampling import Measurement, aggregate
-from jobs.bench.train import TrainBenchConfig, summarize, training_curve
+from jobs.bench.train import TrainBenchConfig, iterations_per_mode, summarize, training_curve
 from jobs.cli import app
 
 
@@ -463,3 +463,19 @@ def test_a_median_the_censored_runs_cannot_move_is_exact() -> None:
     records[0] = _record("fast", 0, False, 150.0)  # censored at 150 s: the median could be anywhere above
     [row] = summarize(records, config)
     assert row["time_to_target_median_s"] == 150.0 and not row["time_to_target_exact"]
+
+
+def test_bench_train_runs_mode_auto_and_counts_the_iterations_it_sampled_in_each_mode(tmp_path: Path) -> None:
+    assert TrainBenchConfig(modes=("fast", "auto", "auto+prefetch")).modes[1] == "auto"
+    with pytest.raises(ValueError, match=r"modes \['auto\+reset'\] are unknown.*fast only"):
+        TrainBenchConfig(modes=("auto+reset",))
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps({"iteration": i + 1, "mode": m}) + "\n" for i, m in enumerate("ffvfa")))
+    assert iterations_per_mode(metrics) == {"f": 3, "v": 1, "a": 1}
+    assert iterations_per_mode(tmp_path / "none.jsonl") == {}
+    records = [
+        {**_record("auto", 0, True, 40.0), "iterations_per_mode": {"fast": 8, "ver": 2}},
+        {**_record("auto", 1, True, 50.0), "iterations_per_mode": {"fast": 7, "ver": 1, "autoreset": 2}},
+    ]
+    (row,) = summarize(records, TrainBenchConfig(modes=("auto",), seeds=2))
+    assert row["iterations_per_mode"] == {"fast": 15, "ver": 3, "autoreset": 2}

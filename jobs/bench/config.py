@@ -15,6 +15,9 @@ from broker.samplers import MODE_NAMES
 from jobs.external import env_is_an_address, inapplicable, parse_simulators
 
 MODES = MODE_NAMES  # the broker's sampling modes (broker/samplers/), all benchmarked by default
+# `fast bench train` also runs `--mode auto` (broker/advisor/auto_mode.py): a run that chooses among the
+# modes as it goes, against the fixed modes it chooses from.
+TRAIN_MODES = (*MODE_NAMES, "auto")
 # The "preset" of measurements on external simulators: their own costs, nothing emulated.
 EXTERNAL = "external"
 
@@ -158,13 +161,13 @@ class TrainBenchConfig:
         unknown = [
             m
             for m in self.modes
-            if m.split("+")[0] not in MODES
+            if m.split("+")[0] not in TRAIN_MODES
             or not set(m.split("+")[1:]) <= set(FEATURES)
             or (m.split("+")[0] != "fast" and {"carry", "reset"} & set(m.split("+")[1:]))
         ]
         if unknown:
             raise ValueError(
-                f"modes {unknown} are unknown; use some of {', '.join(MODES)}, each optionally with "
+                f"modes {unknown} are unknown; use some of {', '.join(TRAIN_MODES)}, each optionally with "
                 f"{', '.join('+' + f for f in FEATURES)} (e.g. fast+prefetch+locality; +carry and +reset: fast only)"
             )
         counts = {

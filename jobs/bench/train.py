@@ -262,6 +262,7 @@ def _train_and_evaluate(
         "final_return": points[-1]["return_mean"] if points else None,
         "eval_curve": points,
         "training_curve": {"t": t.tolist(), "return": smoothed.tolist()},
+        "iterations_per_mode": iterations_per_mode(run_dir / "metrics.jsonl"),
     }
     curve = (
         f"held-out return {record['initial_return']:.1f} -> {record['final_return']:.1f}"
@@ -270,6 +271,16 @@ def _train_and_evaluate(
     )
     log(f"  {name}: {wall:.0f} s, {curve}, time to {cfg.target_return:g}: {record['time_to_target_s']}")
     return record
+
+
+def iterations_per_mode(metrics: Path) -> dict[str, int]:
+    """How many of the run's iterations sampled in each mode (one for a fixed mode; `auto` probes and switches)."""
+    counts: dict[str, int] = {}
+    for line in metrics.read_text().splitlines() if metrics.is_file() else []:
+        if line.strip():
+            mode = json.loads(line).get("mode", "?")
+            counts[mode] = counts.get(mode, 0) + 1
+    return counts
 
 
 def _median_is_exact(runs: list[dict]) -> bool:
@@ -320,6 +331,7 @@ def summarize(records: list[dict], cfg: TrainBenchConfig) -> list[dict]:
                 "final_return_median": median([r["final_return"] for r in runs]),
                 "final_collided_median": median([p.get("collided_rate") for p in final]),
                 "final_off_road_median": median([p.get("off_road_rate") for p in final]),
+                "iterations_per_mode": _summed([r.get("iterations_per_mode", {}) for r in runs]),
             }
         )
     sc = next((row for row in rows if row["mode"] == "sc"), None)
@@ -340,6 +352,14 @@ def summarize(records: list[dict], cfg: TrainBenchConfig) -> list[dict]:
         )
         row["speedup_to_target_is_lower_bound"] = bool(known and not sc["time_to_target_exact"])
     return rows
+
+
+def _summed(counts: list[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for count in counts:
+        for mode, n in count.items():
+            total[mode] = total.get(mode, 0) + n
+    return total
 
 
 def mean_curve(records: list[dict]) -> dict[str, list[float]]:
@@ -440,6 +460,11 @@ def write_report(result: dict, out_dir: Path) -> None:
             f"{fmt(row['initial_return_median'])} -> {fmt(row['final_return_median'])} | "
             f"{fmt(row['final_collided_median'], 2)} | {fmt(row['final_off_road_median'], 2)} |"
         )
+    chose = [row for row in result["summary"] if row["mode"].split("+")[0] == "auto"]
+    for row in chose:  # what `--mode auto` sampled in, over its seeds
+        sampled = sorted(row.get("iterations_per_mode", {}).items(), key=lambda kv: -kv[1])
+        counts = ", ".join(f"{m} {n}" for m, n in sampled)
+        lines += ["", f"`{row['mode']}` sampled its iterations in: {counts} (over its {row['runs']} runs)."]
     lines += [
         "",
         "Time to target is the wall-clock (since the run's first iteration began, updates included) of the first "
