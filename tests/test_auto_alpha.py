@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from broker.advisor.auto_alpha import AutoAlpha, IterationCosts, alpha_grid, fit_reset
 from broker.advisor.lengths import EpisodeLengths
 from broker.advisor.model import ModeSettings, SimulatorCosts, Workload, predict
-from broker.advisor.auto_alpha import AutoAlpha, IterationCosts, alpha_grid, fit_reset
 from broker.config import BrokerConfig
 from broker.settings import RunSettings, SettingError, changes
 from jobs.train.config import TrainConfig
