@@ -227,17 +227,10 @@ class PolicyRunner:
             self._std = np.exp(self._log_std)
         self._critic = layers("critic")  # last: set means the snapshot is whole
 
-    def _initial_weights(self) -> None:
-        """A runner that acts before any load acts with ActorCritic's initial weights (torch's init)."""
-        if self._policy is None:
-            self._build_policy()
-        else:  # pragma: no cover - built means snapshotted
-            self._snapshot(self._module_state(self._policy))
-
     def _flat(self, obs: np.ndarray) -> np.ndarray:
         """obs [k, *obs_shape] as the network's input [k, flat]: flattened, normalised when the policy is."""
-        if self._critic is None:  # acting before any load: the initial weights
-            self._initial_weights()
+        if self._critic is None:  # a Box runner acting before any load: ActorCritic's initial weights
+            self._build_policy()  # (built means snapshotted: a Discrete runner is built in __init__)
         flat = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
         if self._obs_mean is None:
             return flat
