@@ -22,14 +22,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from fast.rpc import Credentials, RpcClient
 from fast.spaces import SpaceSpec, space_to_proto
 from fast.v1 import learner_pb2 as pb
 from fast.v1 import learner_pb2_grpc as pb_grpc
 from learner import wire
-from learner.policy import ActorCritic, import_weights
 from learner.wire import (
     EXPORT_FORMATS,
     CheckpointInfo,
@@ -39,6 +38,9 @@ from learner.wire import (
     batch_to_proto,
     stats_from_proto,
 )
+
+if TYPE_CHECKING:  # the network imports torch: only `actor_critic` needs it, and the broker never calls it
+    from learner.policy import ActorCritic
 
 __all__ = [
     "CheckpointInfo",
@@ -58,6 +60,8 @@ class Policy(wire.Policy):
         """A fresh CPU ActorCritic holding these weights (ValueError if weights were left out)."""
         if not self.weights:
             raise ValueError(f"policy version {self.version} came without weights (known_version was current)")
+        from learner.policy import ActorCritic, import_weights
+
         policy = ActorCritic(tuple(self.observation_space.shape), self.action_space, self.hidden_sizes)
         import_weights(policy, self.weights)
         return policy

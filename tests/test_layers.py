@@ -192,3 +192,13 @@ def test_importing_the_broker_loads_no_optimiser() -> None:
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
     ).stdout.split()
     assert set(loaded) <= EXPORTS["learner"], f"broker loads {sorted(set(loaded) - EXPORTS['learner'])}"
+
+
+def test_importing_the_broker_loads_no_torch() -> None:
+    """torch costs a process 2.5 CPU seconds to import; the broker reads its weights with fast/weights.py and
+    runs a Box policy in numpy (broker/policy_runner.py; tests/test_policy_runner.py runs one without torch)."""
+    code = "import sys, broker.run, broker.server\nprint('torch' in sys.modules)"
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    ).stdout.split()
+    assert loaded == ["False"], "importing broker.run and broker.server loads torch"
