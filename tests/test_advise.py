@@ -149,27 +149,5 @@ def test_advise_json_holds_the_probes_and_every_mode_ranked(advised) -> None:
     assert recommended["prefetch"] == ranking[0]["settings"]["prefetch"]
 
 
-@pytest.mark.slow
-def test_advise_on_an_external_server_writes_json_to_stdout() -> None:
-    with sim_server("--slots", "3", "--cost-preset", "off") as server:
-        done = _advise(
-            "--simulators",
-            server.address,
-            "--length-samples",
-            "300",
-            "--samples",
-            "128",
-            "--warmup-steps",
-            "10",
-            "--probe-repeats",
-            "2",
-            "--json",
-            "-",
-            timeout=180,
-        )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = _strict(done.stdout)  # the table went to stderr
-    assert "recommended: --mode" in done.stderr
-    assert result["workload"]["simulators"]["specs"] == [server.address]
-    assert result["workload"]["clips"] == 3 and len(result["validation"]) == 2
-    assert all(v["measured_effective_throughput"] > 0 for v in result["validation"])
+# `fast advise --simulators` on a server attached through the protos alone (the Python example), JSON on
+# stdout: tests/test_examples.py.

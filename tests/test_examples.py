@@ -246,6 +246,33 @@ def test_train_on_both_examples_at_once(python_dir: Path, tmp_path: Path) -> Non
             server.stop()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(JOB_TIMEOUT_S + 60)
+def test_advise_recommends_and_validates_on_the_python_example(python_dir: Path) -> None:
+    """`fast advise` on a simulator built from the protos alone: it measures it, ranks the modes,
+    recommends one and validates the top two on it; the JSON on stdout, the table on stderr."""
+    server = start_example("python", python_dir)
+    try:
+        args = ["--simulators", server.address, "--length-samples", "300", "--samples", "128"]
+        args += ["--warmup-steps", "10", "--probe-repeats", "2", "--json", "-"]
+        done = subprocess.run(
+            [sys.executable, "-m", "fast", "advise", *args],
+            capture_output=True,
+            text=True,
+            timeout=JOB_TIMEOUT_S,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert server.alive(), "fast advise stopped a server it did not start"
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)  # the table went to stderr
+    assert "recommended: --mode" in done.stderr
+    assert result["workload"]["simulators"]["specs"] == [server.address]
+    assert result["workload"]["clips"] == 8 and len(result["validation"]) == 2
+    assert all(v["measured_effective_throughput"] > 0 for v in result["validation"])
+
+
 # -- the two examples are one simulator -----------------------------------------------------------
 
 
