@@ -115,3 +115,15 @@ def test_sink_imports_neither_torch_nor_tensorflow(tmp_path: Path) -> None:
     """)
     assert _without_torch(code) == "[]"
     assert list(tmp_path.glob("events.out.tfevents.*"))
+
+
+def test_fast_train_modules_import_no_torch() -> None:
+    """`fast train`'s own process: torch is the learner's (and a checkpoint fallback's), never imported here."""
+    modules = [
+        "jobs.cli",
+        "jobs.train.orchestrate",
+        "jobs.train.evaluation",
+        "jobs.train.monitor",
+        "jobs.train.restart",
+    ]
+    assert _without_torch("\n".join(f"import {m}" for m in modules)) == "[]"
