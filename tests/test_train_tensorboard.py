@@ -127,3 +127,49 @@ def test_fast_train_modules_import_no_torch() -> None:
         "jobs.train.restart",
     ]
     assert _without_torch("\n".join(f"import {m}" for m in modules)) == "[]"
+
+
+class _GoneLearner:
+    """A LearnerClient whose learner is gone: UNAVAILABLE at once (a real one waits out its deadline)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    async def __aenter__(self) -> "_GoneLearner":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        return None
+
+    async def get_policy(self):
+        import grpc
+
+        raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "gone")
+
+
+def test_final_policy_falls_back_to_the_newest_checkpoint(tmp_path: Path, monkeypatch) -> None:
+    """The one path of `fast train` that loads torch (learner.checkpoint, imported there): a learner that
+    does not answer, its newest checkpoint evaluated instead; none at all is an error."""
+    import asyncio
+
+    from test_learner_service import ACTION_SPACE, OBS_SPACE
+
+    from jobs.train import evaluation
+    from jobs.train.evaluation import fetch_final_policy
+    from learner.checkpoint import load_latest, policy_weights
+    from learner.config import LearnerConfig
+    from learner.core import LearnerCore
+
+    monkeypatch.setattr(evaluation, "LearnerClient", _GoneLearner)
+    gone = "127.0.0.1:1"
+    with pytest.raises(RuntimeError, match="holds no checkpoint"):
+        asyncio.run(fetch_final_policy(gone, tmp_path))
+    asyncio.run(LearnerCore(LearnerConfig(checkpoint_dir=tmp_path)).initialize(OBS_SPACE, ACTION_SPACE))
+    final = asyncio.run(fetch_final_policy(gone, tmp_path))
+    checkpoint = load_latest(tmp_path)
+    assert (final.version, final.hidden_sizes, final.weights) == (
+        0,
+        checkpoint.hidden_sizes,
+        policy_weights(checkpoint),
+    )
+    assert final.source == str(tmp_path / "ckpt-000000000.pt")
