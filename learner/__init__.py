@@ -7,6 +7,7 @@ the policy network (the broker) does not load the optimiser:
     learner.client      the asyncio client the broker uses
     learner.policy      the actor-critic network and its weights as bytes
     learner.checkpoint  checkpoints on disk, and a checkpoint's policy as weights bytes
+    learner.checkpoint_files  checkpoint files by name (listing, paths), importable without torch
     learner.hyperparameters  what may change while a run goes on, and what a restart resumes
     learner.export      the policy as a TorchScript or ONNX model of its deterministic action
     learner.batch, .gae, .smpo, .ppo   the maths: masked batches, masked GAE, the loss, the update

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,12 +38,12 @@ import torch
 from fast.spaces import SpaceSpec, space_from_proto, space_to_proto
 from fast.tensor import TensorError
 from fast.v1 import tensor_pb2
+from learner.checkpoint_files import checkpoint_path, list_checkpoints
 from learner.hyperparameters import usable
 from learner.policy import ActorCritic, export_weights, fit_normalizer
 from learner.wire import CheckpointInfo, Hyperparameters
 
 FORMAT = "fast.learner.checkpoint/1"
-_NAME = re.compile(r"^ckpt-(\d{9,})\.pt$")
 _TEMP_PREFIX = ".ckpt-"
 _LEARNER_KEYS = ("policy", "optimizer", "shuffle_generator")
 
@@ -70,24 +69,6 @@ class Checkpoint:
     # decides between them and a new config's); None in checkpoints of learners that did not save them.
     hyperparameters: Hyperparameters | None = None
     configured_hyperparameters: Hyperparameters | None = None
-
-
-def checkpoint_path(directory: Path, version: int) -> Path:
-    return Path(directory) / f"ckpt-{version:09d}.pt"
-
-
-def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
-    """(version, path) of every checkpoint in `directory`, oldest first; [] if it does not exist."""
-    directory = Path(directory)
-    found = []
-    try:
-        for path in directory.iterdir():
-            match = _NAME.match(path.name)
-            if match and path.is_file():  # False for a file pruned since the listing: skipped
-                found.append((int(match.group(1)), path))
-    except (FileNotFoundError, NotADirectoryError):  # no directory yet, or removed while listed
-        return []
-    return sorted(found)
 
 
 def describe_checkpoints(directory: Path) -> list[CheckpointInfo]:

@@ -22,7 +22,6 @@ import grpc
 from broker.dealer import holdout_clips
 from broker.evaluate import EvaluationSession, summarize
 from fast.rpc import Credentials
-from learner.checkpoint import CheckpointError, load_latest, policy_weights
 from learner.client import LearnerClient
 
 log = logging.getLogger("jobs.train")
@@ -76,6 +75,10 @@ async def fetch_final_policy(
             exc.code().name,
             exc.details(),
         )
+    # Imported only on this fallback: learner.checkpoint loads torch (seconds of CPU), which `fast train`'s
+    # process needs for nothing else (the weights from the learner are bytes, played by the broker's numpy).
+    from learner.checkpoint import CheckpointError, load_latest, policy_weights
+
     try:
         checkpoint = load_latest(checkpoint_dir)
         if checkpoint is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import grpc
@@ -50,28 +51,78 @@ class MetricsTail:
 
 
 class TensorBoardSink:
-    """One TensorBoard step per iteration: every numeric metric as a scalar, episode lengths as a histogram."""
+    """One TensorBoard step per iteration: every numeric metric as a scalar, episode lengths as a histogram.
+
+    The event file is written with tensorboard's own EventFileWriter, not torch's SummaryWriter: the same
+    file (name, first file_version event, scalars as simple_value, the histogram torch's add_histogram
+    builds with its default bins), without importing torch (seconds of CPU) into `fast train`'s process."""
 
     def __init__(self, log_dir: Path) -> None:
-        # Imported here: tensorboard is only needed by a training run, not by the services.
-        from torch.utils.tensorboard import SummaryWriter
+        # Imported here: tensorboard is only needed by a training run, not by the services. The writer
+        # loads tensorflow only if installed (tensorboard.compat.tf), else its own stub; never torch.
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-        self._writer = SummaryWriter(log_dir=str(log_dir))
+        # SummaryWriter's defaults (max_queue 10, flush_secs 120, no filename suffix).
+        self._writer = EventFileWriter(str(log_dir), 10, 120, "")
 
     def write(self, metrics: dict) -> None:
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
         step = int(metrics["iteration"])
         walltime = metrics.get("time")
+
+        def add(value: Summary.Value) -> None:  # SummaryWriter.add_summary: one event per value
+            wall_time = time.time() if walltime is None else walltime
+            self._writer.add_event(Event(summary=Summary(value=[value]), wall_time=wall_time, step=step))
+
         for tag, value in scalars(metrics):
-            self._writer.add_scalar(tag, value, global_step=step, walltime=walltime)
+            add(Summary.Value(tag=tag, simple_value=value))
         lengths = metrics.get("episode_lengths") or []
         if lengths:
-            self._writer.add_histogram(
-                "sampling/episode_lengths", np.asarray(lengths), global_step=step, walltime=walltime
-            )
+            add(Summary.Value(tag="sampling/episode_lengths", histo=histogram(np.asarray(lengths, dtype=float))))
         self._writer.flush()
 
     def close(self) -> None:
         self._writer.close()
+
+
+def _tensorflow_bins() -> np.ndarray:
+    """torch's SummaryWriter.default_bins (add_histogram's bins="tensorflow"): 0 and +-1e-12 * 1.1^k up to 1e20."""
+    v, buckets = 1e-12, []
+    while v < 1e20:  # the same float products, in the same order, as torch's loop
+        buckets.append(v)
+        v *= 1.1
+    return np.array([-b for b in reversed(buckets)] + [0.0] + buckets)
+
+
+_BINS = _tensorflow_bins()
+
+
+def histogram(values: np.ndarray):
+    """The HistogramProto of torch.utils.tensorboard.summary.make_histogram(values, default bins, max_bins=None):
+    only the buckets from just left of the first non-empty one to the last non-empty one."""
+    from tensorboard.compat.proto.summary_pb2 import HistogramProto
+
+    values = np.asarray(values, dtype=float).reshape(-1)
+    if values.size == 0:
+        raise ValueError("The input has no element.")
+    counts, limits = np.histogram(values, bins=_BINS)
+    cum_counts = np.cumsum(np.greater(counts, 0))
+    start, end = np.searchsorted(cum_counts, [0, cum_counts[-1] - 1], side="right")
+    start, end = int(start), int(end) + 1
+    # TensorBoard keeps only right bin limits: an empty bin on the left keeps the leftmost limit.
+    counts = counts[start - 1 : end] if start > 0 else np.concatenate([[0], counts[:end]])
+    limits = limits[start : end + 1]
+    return HistogramProto(
+        min=values.min(),
+        max=values.max(),
+        num=len(values),
+        sum=values.sum(),
+        sum_squares=values.dot(values),
+        bucket_limit=limits.tolist(),
+        bucket=counts.tolist(),
+    )
 
 
 _NOT_SCALARS = {"iteration", "time", "num_slots"}

@@ -141,7 +141,8 @@ class TrainingRun:
             self.sims.append(_launch(f"sim-server-{i}", ["sim-server", *sim_server.to_argv()], env=self.token.env))
         self._launch_learners(deadline, stopping)
         self.write_config()
-        # Importing torch and tensorboard takes seconds; done while the children start up.
+        # The TensorBoard event file, opened while the children start up (tensorboard's writer, a tenth of a
+        # second to import; no torch: nothing in this process imports torch on a normal run, jobs/train/monitor.py).
         self._tb = TensorBoardSink(self.run_dir / "tb")
         for child in [*self.sims, self.learner, *self.other_learners]:
             self.addresses[child.name] = processes.wait_listening(child, deadline, stopping).address
@@ -321,7 +322,7 @@ class TrainingRun:
         gateway, which is given their addresses), then start them all again. The learners resume from the
         newest checkpoint that every broker's metrics reach (jobs/train/restart.py), lines past it are
         dropped, and the brokers count their iterations on from that version; the simulators keep running."""
-        from jobs.train.restart import choose_resume_point, drop_lines_from  # torch (checkpoints): only here
+        from jobs.train.restart import choose_resume_point, drop_lines_from  # only on a restart
 
         cfg = self.cfg
         began = time.monotonic()
@@ -416,7 +417,7 @@ class TrainingRun:
 
     # -- evaluate ------------------------------------------------------------------------
     def evaluate(self) -> dict:
-        from jobs.train.evaluation import evaluate_run  # torch: only imported when a run gets this far
+        from jobs.train.evaluation import evaluate_run  # only imported when a run gets this far
 
         cfg = self.cfg
         if self.evaluation_note:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fast.files import write_text_atomic
-from learner.checkpoint import list_checkpoints
+from learner.checkpoint_files import list_checkpoints  # by name: no torch in fast train
 
 SUPERSEDED = "superseded"  # checkpoints/superseded/: newer than what the metrics record, set aside
 
