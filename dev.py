@@ -117,8 +117,18 @@ def main(argv: list[str]) -> int:
     if argv[0] == "test" and "--quick" in user:
         user = [*QUICK, *(a for a in user if a != "--quick")]  # a user's own -m, later, still wins
     for i, args in enumerate(steps):
-        extra = user if i == len(steps) - 1 else []  # the user's arguments are for the last step
-        code = subprocess.run([str(PYTHON), *args, *extra], cwd=ROOT).returncode
+        last = i == len(steps) - 1
+        command = [str(PYTHON), *args, *(user if last else [])]  # the user's arguments are for the last step
+        if last and os.name == "posix":
+            # The last step replaces this process: a signal meant for the job (a terminal's Ctrl-C, or a
+            # SIGINT or SIGTERM sent to this pid alone by a supervisor) reaches the job itself, once, and
+            # its exit code is ours. As a child, a SIGINT to dev.py alone killed dev.py with a traceback
+            # and left `fast train` running without its caller.
+            os.chdir(ROOT)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.execv(command[0], command)
+        code = subprocess.run(command, cwd=ROOT).returncode
         if code != 0:
             return code
     return 0

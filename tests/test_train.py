@@ -51,6 +51,7 @@ TINY = [
     "--eval-episodes-per-clip",
     "1",
 ]
+ROOT = Path(__file__).resolve().parent.parent
 RUN_TIMEOUT_S = 100  # one tiny run takes ~20 s on a loaded 2-core CPU
 _GATEWAY_LINE = re.compile(r"^gateway: (http://\S+)")
 
@@ -214,7 +215,16 @@ def test_train_with_two_ranks_gateway_shows_both_brokers_and_ranks_and_stops_bot
 
 @pytest.mark.slow
 def test_train_sigint_mid_run_stops_every_process(tmp_path: Path) -> None:
-    process = fast_train(tmp_path, "interrupted", "--mode", "sc", "--iterations", "1000", *TINY)
+    """Started as the README starts it, `python3 dev.py train`, and interrupted by a SIGINT to that pid
+    alone: dev.py hands its process over to `fast train` (exec), so the signal reaches the job itself."""
+    command = [sys.executable, str(ROOT / "dev.py"), "train", "--runs-dir", str(tmp_path), "--name", "interrupted"]
+    process = subprocess.Popen(
+        [*command, "--mode", "sc", "--iterations", "1000", *TINY],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     metrics = tmp_path / "interrupted" / "metrics.jsonl"
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while not (metrics.is_file() and metrics.read_text().count("\n") >= 1):
