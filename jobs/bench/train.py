@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -275,12 +276,8 @@ def _train_and_evaluate(
 
 def iterations_per_mode(metrics: Path) -> dict[str, int]:
     """How many of the run's iterations sampled in each mode (one for a fixed mode; `auto` probes and switches)."""
-    counts: dict[str, int] = {}
-    for line in metrics.read_text().splitlines() if metrics.is_file() else []:
-        if line.strip():
-            mode = json.loads(line).get("mode", "?")
-            counts[mode] = counts.get(mode, 0) + 1
-    return counts
+    lines = metrics.read_text().splitlines() if metrics.is_file() else []
+    return dict(Counter(json.loads(line).get("mode", "?") for line in lines if line.strip()))
 
 
 def _median_is_exact(runs: list[dict]) -> bool:
@@ -355,11 +352,7 @@ def summarize(records: list[dict], cfg: TrainBenchConfig) -> list[dict]:
 
 
 def _summed(counts: list[dict[str, int]]) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for count in counts:
-        for mode, n in count.items():
-            total[mode] = total.get(mode, 0) + n
-    return total
+    return dict(sum((Counter(count) for count in counts), Counter()))
 
 
 def mean_curve(records: list[dict]) -> dict[str, list[float]]:
