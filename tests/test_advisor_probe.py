@@ -40,8 +40,10 @@ def _pool(config: CostModelConfig, lengths=(1000, 1000, 1000, 1000)) -> InProces
 
 def _near(got: float, want: float) -> bool:
     """A precise wait is never short and hands back late on a loaded machine (2 cores shared, by
-    other processes too): medians of a few calls land within a few ms above the configured cost."""
-    return 0.9 * want <= got <= 1.6 * want + 0.004
+    other processes too): medians of a few calls land within a few ms above the configured cost. A
+    cost read as a difference of two medians (a map load: a reset with it less one without) can come
+    out short by as much: 26 ms for 30 once, in every try of a fresh clone's CI run."""
+    return 0.75 * want <= got <= 1.6 * want + 0.004
 
 
 # The probe times 3 to 60 ms waits in this process; under the suite's 4 workers on 2 cores a wake-up
