@@ -34,7 +34,7 @@ def _fixed(**speeds: float) -> Callable[[int, str], float]:
 
 
 def test_it_starts_with_the_first_candidate_then_probes_each_other_once_in_order() -> None:
-    played = _play(AutoMode(("fast", "ver", "autoreset"), probe_every=10), _fixed(fast=3, ver=2, autoreset=1), 5)
+    played = _play(AutoMode(("fast", "ver", "autoreset"), probe_every=10), _fixed(fast=3, ver=2.5, autoreset=2.4), 5)
     assert [(c.mode, c.source) for c in played] == [
         ("fast", "start"),
         ("ver", "probe"),
@@ -43,13 +43,13 @@ def test_it_starts_with_the_first_candidate_then_probes_each_other_once_in_order
         ("fast", "stay"),
     ]
     assert played[0].throughput == {"fast": None, "ver": None, "autoreset": None}  # nothing measured yet
-    assert played[3].throughput == {"fast": 3000.0, "ver": 2000.0, "autoreset": 1000.0}
+    assert played[3].throughput == {"fast": 3000.0, "ver": 2500.0, "autoreset": 2400.0}
     assert played[0].as_dict(1)["next_probe_iteration"] == 2 and played[1].as_dict(2)["next_probe_iteration"] == 3
     assert played[2].probe_in is None  # the round's last probe: decided after it
     assert played[3].as_dict(4) == {
         "mode": "fast",
         "source": "stay",
-        "throughput": {"fast": 3000.0, "ver": 2000.0, "autoreset": 1000.0},
+        "throughput": {"fast": 3000.0, "ver": 2500.0, "autoreset": 2400.0},
         "iterations": {"fast": 1, "ver": 1, "autoreset": 1},
         "probe_every": 10,
         "next_probe_iteration": 14,  # iterations 4..13 in fast: 10 of them
@@ -57,7 +57,7 @@ def test_it_starts_with_the_first_candidate_then_probes_each_other_once_in_order
 
 
 def test_probe_rounds_come_every_probe_every_iterations_and_back_off_while_nothing_switches() -> None:
-    played = _play(AutoMode(("fast", "ver"), probe_every=3, max_backoff=4), _fixed(fast=2, ver=1), 40)
+    played = _play(AutoMode(("fast", "ver"), probe_every=3, max_backoff=4), _fixed(fast=2, ver=1.8), 40)
     probes = [i for i, c in enumerate(played) if c.source == "probe"]
     # The first round at once; then 3 iterations in fast, then 6 (doubled), 12 (the cap, 4 x 3), 12.
     assert probes == [1, 5, 12, 25, 38]
@@ -65,6 +65,32 @@ def test_probe_rounds_come_every_probe_every_iterations_and_back_off_while_nothi
     assert all(c.mode == "fast" for i, c in enumerate(played) if i not in probes)
     for i in probes[:-1]:  # each decision says when the next round is, and it comes then
         assert played[i + 1].as_dict(i + 2)["next_probe_iteration"] == probes[probes.index(i) + 1] + 1
+
+
+def test_a_mode_far_behind_is_probed_at_the_longest_interval_and_a_round_probes_only_the_modes_due() -> None:
+    # ver at 0.5 of fast: far behind (below 0.75); autoreset at 0.9: probed at the ordinary interval.
+    auto = AutoMode(("fast", "ver", "autoreset"), probe_every=3, max_backoff=4)
+    played = _play(auto, _fixed(fast=2, ver=1, autoreset=1.8), 40)
+    probes = [(i, c.mode) for i, c in enumerate(played) if c.source == "probe"]
+    # The first round probes both; then autoreset after 3, 6, 12, 12 iterations in fast; ver after 12.
+    assert probes == [(1, "ver"), (2, "autoreset"), (6, "autoreset"), (13, "autoreset"), (17, "ver")] + [
+        (27, "autoreset"),
+        (31, "ver"),
+    ]
+    assert all(c.mode == "fast" for c in played if c.source != "probe")
+    assert auto.interval("ver") == 12 and auto.interval("autoreset") == 12  # both at the cap by now
+    assert played[3].as_dict(4)["next_probe_iteration"] == 7  # the soonest of the two: autoreset's
+
+
+def test_a_far_mode_comes_back_to_the_ordinary_interval_when_the_mode_in_force_slows_down() -> None:
+    # fast at 0.5 of ver until iteration 10; then ver slows to 0.6 of fast's old figure.
+    speed = lambda i, mode: {"fast": 1.0, "ver": 2.0}[mode] if i < 10 else {"fast": 1.0, "ver": 0.6}[mode]  # noqa: E731
+    auto = AutoMode(("ver", "fast"), probe_every=4, max_backoff=8, window=1)
+    played = _play(auto, speed, 20)
+    probes = [i for i, c in enumerate(played) if c.source == "probe"]
+    assert probes[0] == 1 and played[2].probe_in == 31  # far: 32 iterations in ver, the decision's the first
+    # ver's figure is 0.6 from iteration 11 on: fast's (1.0) is no longer far, and 9 iterations are past 4.
+    assert probes[1] == 11 and (played[12].mode, played[12].source) == ("fast", "switch")
 
 
 @pytest.mark.parametrize(("ver", "switches"), [(2.3, True), (2.1, False), (2.0, False)])
@@ -140,6 +166,7 @@ def test_the_figure_is_the_windows_valid_transitions_per_second_first_iteration_
         ({"candidates": ("fast", "fast")}, "lists a mode twice"),
         ({"margin": -0.1}, "margin=-0.1"),
         ({"probe_every": 0}, "probe_every=0"),
+        ({"far": 1.5}, "far=1.5"),
     ],
 )
 def test_bad_arguments_are_named(given: dict, message: str) -> None:
