@@ -20,7 +20,7 @@ from fast import auth
 from jobs.cli import app
 from jobs.processes import ServiceProcess, start_service
 
-# Two iterations of 128 samples on 2 servers x 2 slots; the evaluation plays every 10th of the 200 clips once.
+# Two iterations of 128 samples on 2 servers x 2 slots; the evaluation plays every 10th of the 40 clips once.
 TINY = ["--iterations", "2", "--samples-per-iteration", "128", "--update-epochs", "1", "--eval-episodes-per-clip", "1"]
 RUN_TIMEOUT_S = 150
 
@@ -48,8 +48,10 @@ def _assert_still_serving(servers: list[ServiceProcess]) -> None:
 
 @pytest.fixture(scope="module")
 def external() -> Iterator[list[ServiceProcess]]:
-    """Two takeover servers of 2 slots, started apart with the session's token."""
-    with sim_server("--slots", "2") as first, sim_server("--slots", "2") as second:
+    """Two takeover servers of 2 slots, started apart with the session's token. 40 clips rather than the
+    workload's 200: the held-out evaluations every job here runs play 4 clips, not 20."""
+    servers = ("--slots", "2", "--num-clips", "40")
+    with sim_server(*servers) as first, sim_server(*servers) as second:
         yield [first, second]
 
 
@@ -78,7 +80,7 @@ def test_train_on_external_simulators_given_in_the_environment(external, trained
     assert not {"env", "servers", "slots", "cost_preset"} & set(config["train"])  # none applies
     recorded = config["simulators"]
     assert [s["address"] for s in recorded["servers"]] == [s.address for s in external]
-    assert all(s["num_slots"] == 2 and s["num_clips"] == 200 for s in recorded["servers"])
+    assert all(s["num_slots"] == 2 and s["num_clips"] == 40 for s in recorded["servers"])
     assert recorded["token"] == f"{auth.TOKEN_FILE_ENV}={SESSION_TOKEN_FILE}"  # where, never the token itself
     assert SESSION_TOKEN_FILE.read_text().strip() not in (run_dir / "config.yaml").read_text() + output
     # It started the learner, the broker and the gateway, and no simulator server; no token of its own.
@@ -89,7 +91,7 @@ def test_train_on_external_simulators_given_in_the_environment(external, trained
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["iteration"] for m in lines] == [1, 2] and all(m["num_slots"] == 4 for m in lines)
     evaluation = json.loads((run_dir / "eval.json").read_text())
-    assert len(evaluation["clips"]) == 20 and evaluation["policy_version"] == 2
+    assert len(evaluation["clips"]) == 4 and evaluation["policy_version"] == 2
     report = (run_dir / "report.md").read_text()
     assert f"external: {_spec(external).replace(',', ', ')}" in report and "eval return" in report
     outcome = json.loads((run_dir / "outcome.json").read_text())
@@ -112,7 +114,7 @@ def test_compare_on_external_simulators(external, trained, tmp_path: Path) -> No
     comparison = json.loads((out / "compare.json").read_text())
     evaluation = comparison["evaluation"]
     assert evaluation["simulators"]["specs"] == [s.address for s in external]
-    assert (evaluation["servers"], evaluation["slots"], len(evaluation["clips"])) == (2, 4, 20)
+    assert (evaluation["servers"], evaluation["slots"], len(evaluation["clips"])) == (2, 4, 4)
     assert comparison["covering"] == comparison["total"]  # a run against itself
     assert "not started or stopped by compare" in (out / "compare.md").read_text()
     _assert_still_serving(external)
@@ -176,7 +178,7 @@ def test_bench_train_on_external_simulators_runs_each_mode_and_evaluates_checkpo
     for record in bench["runs"]:
         curve = record["eval_curve"]  # held out, on the external servers
         assert [p["version"] for p in curve] == [0, 2, 4]  # the start, every 2nd version, the end
-        assert [p["episodes"] for p in curve] == [20, 20, 20]  # 1 per held-out clip (200 clips, every 10th)
+        assert [p["episodes"] for p in curve] == [4, 4, 4]  # 1 per held-out clip (40 clips, every 10th)
         assert curve[0]["time_s"] == 0.0 and curve[0]["time_s"] < curve[1]["time_s"] < curve[2]["time_s"]
         assert curve[2]["transitions"] >= 4 * 64 and record["time_to_target_s"] == 0.0
         # Only the newest checkpoint is kept: the run stays a `fast compare` input.
