@@ -33,7 +33,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from broker.advisor.auto_alpha import PRIOR_ALPHA, AlphaChoice, AutoAlpha, IterationCosts
+from broker.advisor.auto_alpha import PRIOR_ALPHA, AlphaChoice, AutoAlpha
 from broker.advisor.auto_mode import AutoMode, ModeChoice
 from broker.config import BrokerConfig
 from broker.dealer import ClipDealer, pool_locality
@@ -495,17 +495,7 @@ class BrokerRun:
         while the learner updates on the batch (the model costs a fraction of a second; docs/advisor.md)."""
         if self._auto is None or stats.num_slots == 0 or self._sampler_mode != "fast":
             return None  # the window is fast's: another mode's rows, rounds and resets are not DPSA's
-        self._auto.observe(
-            IterationCosts(
-                rows=stats.transitions // stats.num_slots,
-                wall_s=stats.wall_s,
-                reset_wall_s=stats.reset_wall_s,
-                inference_s=stats.inference_s,
-                round_resets=tuple(stats.round_resets),
-            ),
-            list(zip(stats.episode_lengths, stats.episode_censored)),
-            stats.running_lengths,
-        )
+        self._auto.observe_iteration(stats)
         self._auto.servers, self._auto.slots_per_server = self._pool_shape()
         self._auto.samples_per_iteration = self.settings.samples_per_iteration
         self._auto.t_max = self.settings.t_max

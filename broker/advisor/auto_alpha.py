@@ -167,6 +167,21 @@ class AutoAlpha:
         self._episodes.extend((int(n), bool(c)) for n, c in ended if n >= 1)
         self._running = [int(n) for n in running if n >= 1]
 
+    def observe_iteration(self, stats) -> None:
+        """`observe` one sampled iteration of fast from its IterationStats (broker/metrics.py), as the
+        broker and the alpha benchmark (benchmarks/alpha_auto.py) both feed it."""
+        self.observe(
+            IterationCosts(
+                rows=stats.transitions // stats.num_slots,
+                wall_s=stats.wall_s,
+                reset_wall_s=stats.reset_wall_s,
+                inference_s=stats.inference_s,
+                round_resets=tuple(stats.round_resets),
+            ),
+            list(zip(stats.episode_lengths, stats.episode_censored)),
+            stats.running_lengths,
+        )
+
     def measured_costs(self) -> MeasuredCosts | None:
         """The window's costs (module docstring); None before an iteration was observed."""
         if not self._costs:
