@@ -12,6 +12,8 @@
                   sampling` measures a configuration (jobs/bench/harness.py `measure_mode`: a
                   warm-up iteration, then one measured one); measured beside predicted
 
+`advise_on` is steps 2 and 3 on a pool that runs already, for one policy and clip count, and
+`measure_row` one row's run of step 4: benchmarks/advisor_ranking.py runs both, for every mode.
 The result is one dict (what `--json` writes); jobs/advise/report.py prints it.
 """
 
@@ -21,12 +23,12 @@ import asyncio
 import math
 import platform
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from broker.advisor.model import Catalog, Horizon, Prediction, Workload, best_alpha, rank, standard_modes
-from broker.advisor.probe import ProbeError, probe_lengths, probe_server
+from broker.advisor.probe import ProbeError, ServerProbe, probe_lengths, probe_server
 from broker.dealer import HOLDOUT_EVERY, ClipDealer
 from jobs.advise.config import DEFAULT_CLIPS, AdviseConfig
 from jobs.bench.config import EXTERNAL, MODES, SamplingBenchConfig
@@ -81,88 +83,18 @@ async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | 
     bench = bench_config(cfg, clips)
     preset = EXTERNAL if external is not None else cfg.preset
     async with simulator_pool(bench, preset, external) as pool:
-        slots = spread_slots(pool, clips)
-        used = [int(s) for s in np.unique(pool.slot_server[slots])]
-        maps = pool.clip_map_ids if pool.clip_map_ids.size == pool.num_clips else None
-        t0 = time.perf_counter()
-        probes = {}
-        for i in used:
-            log(f"probing server {i} ({pool.servers[i].address}) ...")
-            probes[i] = await probe_server(pool, i, clip_map_ids=maps, repeats=cfg.probe_repeats, seed=cfg.seed + i)
         policies = fixed_policies(bench, pool)
         policy = "trained" if "trained" in policies else "random"
         hidden, weights = policies[policy]
-        inference = _time_inference(runner_for(pool, hidden, weights, cfg.seed), pool, math.ceil(clips / len(used)))
-        one_call_s = float(np.median([probes[i].call_s for i in used]))
-        row_call_s = await _time_rows(pool, runner_for(pool, hidden, weights, cfg.seed), slots, inference, cfg.seed)
-        probe_s = time.perf_counter() - t0  # the servers, the forward pass and the rows
-
-        t0 = time.perf_counter()
-        log(f"probing episode lengths under the {policy} policy ({cfg.length_samples} valid transitions) ...")
-        dealer = ClipDealer(pool.num_clips, holdout_every=HOLDOUT_EVERY, seed=cfg.seed)
-        runner = runner_for(pool, hidden, weights, cfg.seed)
-        lengths = await probe_lengths(pool, runner, dealer, samples=cfg.length_samples, slots=slots)
-        lengths_s = time.perf_counter() - t0
-
-        costs = []
-        for i in used:
-            described = pool.servers[i].cost_model  # the map cache's size is not probed: Describe says it
-            cache = {"map_cache_size": int(described.map_cache_size)} if described is not None else {}
-            costs.append(replace(probes[i].costs, **cache))
-        workload = Workload(
-            lengths,
-            tuple(costs),
-            servers=len(used),
-            slots_per_server=math.ceil(clips / len(used)),
-            inference_s=inference["inference_s"],
-            inference_per_obs_s=inference["inference_per_obs_s"],
-            call_s=max(one_call_s, row_call_s),
-            catalog=Catalog(maps, holdout_every=HOLDOUT_EVERY) if maps is not None else None,
-        )
-        horizon = Horizon(
-            samples_per_iteration=cfg.samples,
-            iterations=2,
-            warmup_iterations=1,
-            warmup_samples=max(cfg.warmup_steps * clips, 1),
-        )
-        t0 = time.perf_counter()
-        log("predicting every mode ...")
-        alpha, grid = best_alpha(workload, t_max=cfg.t_max, horizon=horizon, seed=cfg.seed)
-        prefetches = (False, True) if all(pool.servers[i].prefetch for i in used) else (False,)
-        localities = (False, True) if maps is not None else (False,)
-        candidates = [
-            settings
-            for prefetch in prefetches
-            for locality in localities
-            for settings in standard_modes(alpha=alpha, t_max=cfg.t_max, prefetch=prefetch, locality=locality)
-        ]
-        ranked = rank(workload, candidates, horizon, seed=cfg.seed)
-        predict_s = time.perf_counter() - t0
-        limit_costs = _limit_costs(costs[0])
-        rows, seen = [], set()
-        for p in ranked:  # best first: a mode's first prediction is its best variant
-            base = (p.settings.mode, p.settings.truncation if p.settings.mode == "fast" else "")
-            if base not in seen:
-                seen.add(base)
-                rows.append(_row(p, workload, limit_costs))
+        advice = await advise_on(cfg, pool, clips, policy, hidden, weights, log)
+        workload = advice.workload
 
         t0 = time.perf_counter()
         validation = []
-        for row in rows[: cfg.validate_top]:
-            s = row["settings"]
+        for row in advice.rows[: cfg.validate_top]:
             log(f"validating {row['label']} ({cfg.samples} valid transitions after a warm-up) ...")
-            summary = await measure_mode(
-                replace(bench, alpha=s["alpha"]),
-                pool,
-                runner_for(pool, hidden, weights, cfg.seed),
-                s["mode"],
-                clips,
-                cfg.seed,
-                warmup_samples=max(cfg.warmup_steps * clips, 1),
-                samples=cfg.samples,
-                locality=s["locality"],
-                prefetch=s["prefetch"],
-                truncation=s["truncation"],
+            summary = await measure_row(
+                cfg, bench, pool, runner_for(pool, hidden, weights, cfg.seed), row, clips, cfg.seed
             )
             measured = float(summary["effective_throughput"])
             validation.append(
@@ -180,12 +112,12 @@ async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | 
             )
         validate_s = time.perf_counter() - t0
 
-        best = rows[0]
+        best = advice.rows[0]
         return {
             "config": cfg.model_dump(mode="json"),
             "workload": {
                 "simulators": external.record() if external is not None else {"preset": cfg.preset},
-                "servers": [pool.servers[i].address for i in used],
+                "servers": [pool.servers[i].address for i in advice.used],
                 "clips": clips,
                 "slots_per_server": workload.slots_per_server,
                 "policy": policy,
@@ -194,21 +126,23 @@ async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | 
             "probes": {
                 str(i): {
                     "costs": asdict(workload.server_costs(j)),
-                    "call_s": probes[i].call_s,
-                    "findings": probes[i].findings,
-                    "figures": {name: asdict(m) for name, m in probes[i].figures.items()},
+                    "call_s": advice.probes[i].call_s,
+                    "findings": advice.probes[i].findings,
+                    "figures": {name: asdict(m) for name, m in advice.probes[i].figures.items()},
                 }
-                for j, i in enumerate(used)
+                for j, i in enumerate(advice.used)
             },
-            "inference": inference,
-            "call_s": {"one_call": one_call_s, "row": row_call_s, "used": workload.call_s},
-            "episode_lengths": _lengths_record(lengths),
+            "inference": advice.inference,
+            "call_s": {"one_call": advice.one_call_s, "row": advice.row_call_s, "used": workload.call_s},
+            "episode_lengths": _lengths_record(workload.lengths),
             "alpha": {
-                "best": alpha,
-                "grid": [{"alpha": p.settings.alpha, "effective_throughput": p.effective_throughput} for p in grid],
+                "best": advice.alpha,
+                "grid": [
+                    {"alpha": p.settings.alpha, "effective_throughput": p.effective_throughput} for p in advice.grid
+                ],
             },
-            "ranking": rows,
-            "predictions": [_row(p, workload, limit_costs) for p in ranked],
+            "ranking": advice.rows,
+            "predictions": advice.predictions,
             "recommended": {
                 "mode": best["settings"]["mode"],
                 "label": best["label"],
@@ -219,8 +153,129 @@ async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | 
                 "locality": best["settings"]["locality"],
             },
             "validation": validation,
-            "timings_s": {"probe": probe_s, "lengths": lengths_s, "predict": predict_s, "validate": validate_s},
+            "timings_s": {**advice.timings_s, "validate": validate_s},
         }
+
+
+@dataclass
+class Advice:
+    """What the probe measured and the model predicted on one pool, for one policy and clip count
+    (steps 2 and 3 of the module docstring)."""
+
+    used: list[int]  # the servers the clips spread over
+    probes: dict[int, ServerProbe]  # per server used
+    inference: dict  # `_time_inference`'s
+    one_call_s: float  # the probes' median call alone
+    row_call_s: float  # the broker's part of a lock-step row (`_time_rows`)
+    workload: Workload
+    alpha: float  # FAST's, by `best_alpha`
+    grid: list[Prediction]  # `best_alpha`'s predictions, one per alpha
+    rows: list[dict]  # a row per mode, its best variant, best first (`_row`)
+    predictions: list[dict]  # every variant, best first (`_row`)
+    timings_s: dict  # probe, lengths, predict
+
+
+async def advise_on(
+    cfg: AdviseConfig, pool, clips: int, policy: str, hidden: tuple[int, ...], weights: bytes | None, log=print
+) -> Advice:
+    """Probe `pool`'s servers that `clips` slots spread over, and the episode lengths under `policy`
+    (its `hidden` sizes and `weights`; None: the initial network), then predict every mode on them."""
+    slots = spread_slots(pool, clips)
+    used = [int(s) for s in np.unique(pool.slot_server[slots])]
+    maps = pool.clip_map_ids if pool.clip_map_ids.size == pool.num_clips else None
+    t0 = time.perf_counter()
+    probes = {}
+    for i in used:
+        log(f"probing server {i} ({pool.servers[i].address}) ...")
+        probes[i] = await probe_server(pool, i, clip_map_ids=maps, repeats=cfg.probe_repeats, seed=cfg.seed + i)
+    inference = _time_inference(runner_for(pool, hidden, weights, cfg.seed), pool, math.ceil(clips / len(used)))
+    one_call_s = float(np.median([probes[i].call_s for i in used]))
+    row_call_s = await _time_rows(pool, runner_for(pool, hidden, weights, cfg.seed), slots, inference, cfg.seed)
+    probe_s = time.perf_counter() - t0  # the servers, the forward pass and the rows
+
+    t0 = time.perf_counter()
+    log(f"probing episode lengths under the {policy} policy ({cfg.length_samples} valid transitions) ...")
+    dealer = ClipDealer(pool.num_clips, holdout_every=HOLDOUT_EVERY, seed=cfg.seed)
+    runner = runner_for(pool, hidden, weights, cfg.seed)
+    lengths = await probe_lengths(pool, runner, dealer, samples=cfg.length_samples, slots=slots)
+    lengths_s = time.perf_counter() - t0
+
+    costs = []
+    for i in used:
+        described = pool.servers[i].cost_model  # the map cache's size is not probed: Describe says it
+        cache = {"map_cache_size": int(described.map_cache_size)} if described is not None else {}
+        costs.append(replace(probes[i].costs, **cache))
+    workload = Workload(
+        lengths,
+        tuple(costs),
+        servers=len(used),
+        slots_per_server=math.ceil(clips / len(used)),
+        inference_s=inference["inference_s"],
+        inference_per_obs_s=inference["inference_per_obs_s"],
+        call_s=max(one_call_s, row_call_s),
+        catalog=Catalog(maps, holdout_every=HOLDOUT_EVERY) if maps is not None else None,
+    )
+    horizon = Horizon(
+        samples_per_iteration=cfg.samples,
+        iterations=2,
+        warmup_iterations=1,
+        warmup_samples=max(cfg.warmup_steps * clips, 1),
+    )
+    t0 = time.perf_counter()
+    log("predicting every mode ...")
+    alpha, grid = best_alpha(workload, t_max=cfg.t_max, horizon=horizon, seed=cfg.seed)
+    prefetches = (False, True) if all(pool.servers[i].prefetch for i in used) else (False,)
+    localities = (False, True) if maps is not None else (False,)
+    candidates = [
+        settings
+        for prefetch in prefetches
+        for locality in localities
+        for settings in standard_modes(alpha=alpha, t_max=cfg.t_max, prefetch=prefetch, locality=locality)
+    ]
+    ranked = rank(workload, candidates, horizon, seed=cfg.seed)
+    predict_s = time.perf_counter() - t0
+    limit_costs = _limit_costs(costs[0])
+    rows, seen = [], set()
+    for p in ranked:  # best first: a mode's first prediction is its best variant
+        base = (p.settings.mode, p.settings.truncation if p.settings.mode == "fast" else "")
+        if base not in seen:
+            seen.add(base)
+            rows.append(_row(p, workload, limit_costs))
+    return Advice(
+        used=used,
+        probes=probes,
+        inference=inference,
+        one_call_s=one_call_s,
+        row_call_s=row_call_s,
+        workload=workload,
+        alpha=alpha,
+        grid=grid,
+        rows=rows,
+        predictions=[_row(p, workload, limit_costs) for p in ranked],
+        timings_s={"probe": probe_s, "lengths": lengths_s, "predict": predict_s},
+    )
+
+
+async def measure_row(
+    cfg: AdviseConfig, bench: SamplingBenchConfig, pool, runner, row: dict, clips: int, seed: int
+) -> dict:
+    """One row's variant (mode, alpha, truncation, prefetch, locality) run with the real sampler on
+    `clips` slots, as `fast bench sampling` measures a configuration (`measure_mode`: a warm-up
+    iteration of `warmup_steps` per clip, then one of `samples`); its summary."""
+    s = row["settings"]
+    return await measure_mode(
+        replace(bench, alpha=s["alpha"]),
+        pool,
+        runner,
+        s["mode"],
+        clips,
+        seed,
+        warmup_samples=max(cfg.warmup_steps * clips, 1),
+        samples=cfg.samples,
+        locality=s["locality"],
+        prefetch=s["prefetch"],
+        truncation=s["truncation"],
+    )
 
 
 def _time_inference(runner, pool, batch: int) -> dict:

@@ -1,0 +1,390 @@
+"""Does `fast advise` rank the modes as the real samplers measure them? (issue 30: the advisor's
+ranking matches the measured one in every preset, both policies, 10 and 30 clips; its predicted
+effective throughput within 20% of the measured one for the top two.)
+
+    .venv/bin/python -m benchmarks.advisor_ranking --checkpoint benchmarks/results/trained-policy-v2 \\
+        --out benchmarks/results/advisor-ranking/NAME
+    .venv/bin/python -m benchmarks.advisor_ranking --presets off --clips 4 --repeats 1 --samples 128 --out /tmp/r
+
+Per cost preset, on one pool of sim-server processes (`fast bench sampling`'s harness,
+jobs/bench/harness.py, with slots for the largest clip count), for each fixed policy (random;
+trained with --checkpoint) and clip count:
+
+    advice     `fast advise`'s probe and prediction (jobs/advise/run.py `advise_on`): the servers'
+               costs, the forward pass, the broker's part of a call, the episode lengths under that
+               policy, then every mode with and without prefetch and locality; a mode's best variant
+               is its row (sc, autoreset, sgr, ver, fast+carry, fast+reset)
+    measured   each row's variant (mode, alpha, truncation, prefetch, locality, as the row names
+               it) with the real sampler, as `fast advise` validates its top two (`measure_row`: a
+               warm-up iteration of 50 steps per clip, then one of `samples` valid transitions),
+               `repeats` times; every (policy, clips, row) of the preset interleaved repeat by repeat
+               in a shuffled order, as `fast bench sampling` does; the median is the figure
+
+The probe uses every slot of a server (the pool's servers hold slots for the largest clip count),
+where `fast advise --clips 10` would start servers of 5 slots: the costs it fits are per call and
+per slot, so the difference is which slots it times, not what it predicts for.
+
+Verdicts per configuration (preset, policy, clips), on the six rows' effective throughputs:
+
+    exact         the measured order is the predicted one
+    within noise  every pair of modes the model orders otherwise than measurement has measured
+                  figures within 10% of each other: |a - b| <= 0.10 max(a, b) (two modes that
+                  close trade places between repeats; exact ranking is fragile there)
+    kendall tau   (concordant - discordant pairs) / (n (n - 1) / 2); 1 same order, -1 reversed
+                  (tau-a: a tie in either is neither)
+    top-1         the predicted first is the measured first
+    top two       for each of the predicted first two, |predicted - measured| <= 0.20 measured
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+
+from jobs.advise.config import AdviseConfig
+from jobs.advise.run import advise_on, bench_config, json_safe, measure_row
+from jobs.bench.harness import fixed_policies, runner_for, simulator_pool
+
+PRESETS = ("off", "calibrated", "parallel", "vectorized")
+CLIPS = (10, 30)
+NOISE = 0.10  # two measured figures this close are within noise of each other
+TOP_TWO = 0.20  # predicted within this share of measured, for the predicted first two (issue 30)
+VERDICTS = {
+    "exact": "ranking exact",
+    "within_noise": f"ranking within noise ({NOISE:.0%})",
+    "top1": "predicted top-1 is the measured top-1",
+    "top_two": f"top two predicted within {TOP_TWO:.0%} of measured",
+}
+
+
+def mode_label(settings: dict) -> str:
+    """A row's mode as the ranking names it: fast+carry, fast+reset, or the mode."""
+    return f"fast+{settings['truncation']}" if settings["mode"] == "fast" else settings["mode"]
+
+
+def order(figures: dict[str, float]) -> list[str]:
+    """The labels, highest figure first (a tie keeps the given order)."""
+    return sorted(figures, key=lambda label: -figures[label])
+
+
+def kendall_tau(a: dict[str, float], b: dict[str, float]) -> float:
+    """Tau-a of two scorings of the same labels: (concordant - discordant) / pairs."""
+    pairs = list(combinations(a, 2))
+    if not pairs:
+        return float("nan")
+    score = sum(np.sign(a[x] - a[y]) * np.sign(b[x] - b[y]) for x, y in pairs)
+    return float(score / len(pairs))
+
+
+def swapped_pairs(predicted: dict[str, float], measured: dict[str, float]) -> list[tuple[str, str]]:
+    """The pairs (x, y) the model puts x above y while measurement puts y above x."""
+    return [
+        (x, y) if predicted[x] > predicted[y] else (y, x)
+        for x, y in combinations(predicted, 2)
+        if (predicted[x] - predicted[y]) * (measured[x] - measured[y]) < 0
+    ]
+
+
+def within_noise(a: float, b: float, share: float = NOISE) -> bool:
+    return abs(a - b) <= share * max(abs(a), abs(b))
+
+
+def compare(predicted: dict[str, float], measured: dict[str, float]) -> dict:
+    """Every verdict of the module docstring for one configuration's rows."""
+    if set(predicted) != set(measured):
+        raise ValueError(f"predicted {sorted(predicted)} and measured {sorted(measured)} name different modes")
+    predicted_order, measured_order = order(predicted), order(measured)
+    swapped = swapped_pairs(predicted, measured)
+    top_two = {
+        label: {
+            "ratio": measured[label] / predicted[label] if predicted[label] > 0 else float("nan"),
+            "within": abs(predicted[label] - measured[label]) <= TOP_TWO * measured[label],
+        }
+        for label in predicted_order[:2]
+    }
+    return {
+        "predicted_order": predicted_order,
+        "measured_order": measured_order,
+        "exact": predicted_order == measured_order,
+        "swapped": [list(p) for p in swapped],
+        "within_noise": all(within_noise(measured[x], measured[y]) for x, y in swapped),
+        "kendall_tau": kendall_tau(predicted, measured),
+        "top1": predicted_order[0] == measured_order[0],
+        "top_two": all(t["within"] for t in top_two.values()),
+        "top_two_ratios": {label: t["ratio"] for label, t in top_two.items()},
+    }
+
+
+def summarise(advice: list[dict], measurements: list[dict]) -> list[dict]:
+    """Per configuration: each mode's predicted figure, measured median (spread over repeats), ratio
+    and ranks, with `compare`'s verdicts."""
+    out = []
+    for a in advice:
+        key = (a["preset"], a["policy"], a["clips"])
+        predicted, modes = {}, {}
+        for row in a["rows"]:
+            label = mode_label(row["settings"])
+            runs = [
+                m["effective_throughput"]
+                for m in measurements
+                if (m["preset"], m["policy"], m["clips"], m["mode"]) == (*key, label)
+            ]
+            if not runs:
+                raise ValueError(f"{key}: {label} has no measurement")
+            predicted[label] = row["effective_throughput"]
+            modes[label] = {
+                "variant": row["label"],
+                "predicted": row["effective_throughput"],
+                "measured": statistics.median(runs),
+                "spread": [min(runs), max(runs)],
+                "repeats": len(runs),
+            }
+        verdicts = compare(predicted, {label: m["measured"] for label, m in modes.items()})
+        for label, m in modes.items():
+            m["ratio"] = m["measured"] / m["predicted"] if m["predicted"] > 0 else float("nan")
+            m["predicted_rank"] = verdicts["predicted_order"].index(label) + 1
+            m["measured_rank"] = verdicts["measured_order"].index(label) + 1
+        out.append({"preset": key[0], "policy": key[1], "clips": key[2], "modes": modes, **verdicts})
+    return out
+
+
+def targets(summary: list[dict]) -> dict[str, dict[str, int]]:
+    """Per verdict, the configurations that met it and those that missed it."""
+    return {
+        name: {"met": sum(bool(s[name]) for s in summary), "missed": sum(not s[name] for s in summary)}
+        for name in VERDICTS
+    }
+
+
+def _yes(value: bool) -> str:
+    return "**yes**" if value else "no"
+
+
+def _number(value: float | None, spec: str = ".0f") -> str:
+    """A figure of the JSON, where NaN was written as None."""
+    return "-" if value is None else format(value, spec)
+
+
+def report(result: dict) -> str:
+    cfg = result["config"]
+    wall = result.get("wall_clock_s")
+    lines = [
+        "# The advisor's ranking against measurement",
+        "",
+        f"`fast advise`'s probe and prediction, then every mode's row (its best predicted variant) measured with the "
+        f"real sampler: a warm-up iteration, then one of {cfg['samples']} valid transitions; {cfg['repeats']} "
+        f"repeat(s) interleaved in a shuffled order, median (min-max in brackets); {cfg['servers']} servers. "
+        "Valid transitions per second." + (f" Whole run {wall / 60:.1f} min." if wall is not None else ""),
+        "",
+        f"Rules: *exact*, the measured order is the predicted one; *within noise*, every pair of modes the model "
+        f"orders otherwise than measurement has measured figures within {NOISE:.0%} of each other "
+        f"(|a - b| <= {NOISE:g} max(a, b)); *tau*, Kendall's tau-a of the two orders; *top-1*, the predicted "
+        f"first is the measured first; *top two*, each of the predicted first two has |predicted - measured| <= "
+        f"{TOP_TWO:g} measured (measured / predicted in brackets).",
+        "",
+        "| preset | policy | clips | predicted order | measured order | exact | within noise | tau | top-1 | top two |",
+        "|---|---|---:|---|---|---|---|---:|---|---|",
+    ]
+    for s in result["summary"]:
+        ratios = ", ".join(_number(r, ".2f") for r in s["top_two_ratios"].values())
+        lines.append(
+            f"| {s['preset']} | {s['policy']} | {s['clips']} | {' > '.join(s['predicted_order'])} | "
+            f"{' > '.join(s['measured_order'])} | {_yes(s['exact'])} | {_yes(s['within_noise'])} | "
+            f"{_number(s['kendall_tau'], '.2f')} | {_yes(s['top1'])} | {_yes(s['top_two'])} ({ratios}) |"
+        )
+    lines += [
+        "",
+        "Per mode (the variant is the advisor's row: its best of prefetch and locality):",
+        "",
+        "| preset | policy | clips | mode | variant | predicted | measured | measured / predicted | rank predicted | "
+        "rank measured |",
+        "|---|---|---:|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for s in result["summary"]:
+        for label in s["predicted_order"]:
+            m = s["modes"][label]
+            lines.append(
+                f"| {s['preset']} | {s['policy']} | {s['clips']} | {label} | {m['variant']} | "
+                f"{_number(m['predicted'])} | {m['measured']:.0f} [{m['spread'][0]:.0f}-{m['spread'][1]:.0f}] | "
+                f"{_number(m['ratio'], '.2f')} | "
+                f"{m['predicted_rank']} | {m['measured_rank']} |"
+            )
+    counts = targets(result["summary"])
+    total = len(result["summary"])
+    lines += ["", f"Targets, over {total} configuration(s):", ""]
+    for name, text in VERDICTS.items():
+        lines.append(f"- {text}: met in {counts[name]['met']}, missed in {counts[name]['missed']}")
+    return "\n".join(lines) + "\n"
+
+
+def _advise_config(args: argparse.Namespace, preset: str, clips: int) -> AdviseConfig:
+    """`fast advise`'s settings for one configuration: its defaults, but for the benchmark's options."""
+    return AdviseConfig(
+        preset=preset,
+        servers=args.servers,
+        clips=clips,
+        checkpoint=args.checkpoint,
+        samples=args.samples,
+        seed=args.seed,
+    )
+
+
+def _advice_record(preset: str, policy: str, clips: int, advice) -> dict:
+    return {
+        "preset": preset,
+        "policy": policy,
+        "clips": clips,
+        "alpha": advice.alpha,
+        "episode_length_mean": advice.workload.lengths.mean,
+        "call_s": advice.workload.call_s,
+        "inference": advice.inference,
+        "timings_s": advice.timings_s,
+        "rows": advice.rows,
+    }
+
+
+async def _run_preset(args: argparse.Namespace, preset: str, log) -> tuple[list[dict], list[dict]]:
+    """One preset's configurations on one pool: every advice first, then the measurements interleaved."""
+    base = _advise_config(args, preset, max(args.clips))
+    bench = bench_config(base, max(args.clips))
+    advice, measurements = [], []
+    async with simulator_pool(bench, preset) as pool:
+        policies = fixed_policies(bench, pool)
+        plan = []
+        for policy, (hidden, weights) in policies.items():
+            for clips in args.clips:
+                started = time.perf_counter()
+                a = await advise_on(_advise_config(args, preset, clips), pool, clips, policy, hidden, weights, log)
+                advice.append(_advice_record(preset, policy, clips, a))
+                plan += [(policy, clips, row) for row in a.rows]
+                log(
+                    f"{preset} {policy} clips={clips}: advised in {time.perf_counter() - started:.1f} s, "
+                    f"predicted {' > '.join(mode_label(r['settings']) for r in a.rows)}"
+                )
+        rng = np.random.default_rng(args.seed)
+        for repeat in range(args.repeats):
+            for j in rng.permutation(len(plan)):  # interleaved, a new order each repeat
+                policy, clips, row = plan[j]
+                hidden, weights = policies[policy]
+                started = time.perf_counter()
+                cfg = _advise_config(args, preset, clips)
+                runner = runner_for(pool, hidden, weights, args.seed + repeat)
+                summary = await measure_row(cfg, bench, pool, runner, row, clips, args.seed + repeat)
+                measurements.append(
+                    {
+                        "preset": preset,
+                        "policy": policy,
+                        "clips": clips,
+                        "mode": mode_label(row["settings"]),
+                        "variant": row["label"],
+                        "repeat": repeat,
+                        "effective_throughput": float(summary["effective_throughput"]),
+                        "validity": float(summary["validity"]),
+                        "slot_resets_per_1k_valid": float(summary["slot_resets_per_1k_valid"]),
+                        "limit": float(summary["limit"]),
+                        "seconds": time.perf_counter() - started,
+                    }
+                )
+                log(
+                    f"{preset} {policy} clips={clips} {row['label']} repeat {repeat + 1}/{args.repeats}: "
+                    f"{summary['effective_throughput']:,.0f} valid/s, predicted {row['effective_throughput']:,.0f}/s "
+                    f"({time.perf_counter() - started:.1f} s)"
+                )
+    return advice, measurements
+
+
+def run(args: argparse.Namespace, log=None) -> dict:
+    log = log or (lambda text: print(text, flush=True))
+    started = time.perf_counter()
+    advice, measurements = [], []
+    for preset in args.presets:
+        a, m = asyncio.run(_run_preset(args, preset, log))
+        advice += a
+        measurements += m
+    config = {**vars(args), "checkpoint": str(args.checkpoint) if args.checkpoint else None, "out": str(args.out)}
+    return {
+        "config": config,
+        "wall_clock_s": time.perf_counter() - started,
+        "advice": advice,
+        "measurements": measurements,
+        "summary": summarise(advice, measurements),
+    }
+
+
+def _count(text: str, least: int = 1) -> int:
+    value = int(text)  # ValueError: argparse names the flag and the value
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{text!r}: give an integer >= {least}")
+    return value
+
+
+def _servers(text: str) -> int:
+    value = _count(text)
+    if value > 64:
+        raise argparse.ArgumentTypeError(f"{text!r}: give at most 64 (fast advise's bound)")
+    return value
+
+
+def _seed(text: str) -> int:
+    return _count(text, least=0)
+
+
+def _clips(text: str) -> list[int]:
+    values = [_count(x) for x in text.split(",")]
+    return sorted(set(values))
+
+
+def _presets(text: str) -> list[str]:
+    names = text.split(",")
+    if not set(names) <= set(PRESETS):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: give some of {','.join(PRESETS)}")
+    return list(dict.fromkeys(names))
+
+
+def _checkpoint(text: str) -> Path:
+    from learner.checkpoint import list_checkpoints
+
+    path = Path(text)
+    if not path.is_dir() or not list_checkpoints(path):
+        raise argparse.ArgumentTypeError(f"{text[:80]!r} holds no checkpoint; give a fast train run's checkpoints/")
+    return path
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True, help="folder for ranking.json and ranking.md")
+    p.add_argument("--presets", type=_presets, default=list(PRESETS), help="cost presets, comma-separated")
+    p.add_argument("--clips", type=_clips, default=list(CLIPS), help="clip counts, comma-separated")
+    p.add_argument(
+        "--checkpoint", type=_checkpoint, default=None, help="a fast train run's checkpoints: adds 'trained'"
+    )
+    p.add_argument("--repeats", type=_count, default=2, help="measurements of each row (median)")
+    samples = AdviseConfig.model_fields["samples"].default  # `fast advise`'s
+    p.add_argument(
+        "--samples", type=_count, default=samples, help="valid transitions of an iteration, as predicted and measured"
+    )
+    p.add_argument("--servers", type=_servers, default=2, help="sim-server processes per preset")
+    p.add_argument("--seed", type=_seed, default=0)
+    return p
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parser().parse_args(argv)
+    result = json_safe(run(args))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "ranking.json").write_text(json.dumps(result, indent=1))
+    text = report(result)
+    (args.out / "ranking.md").write_text(text)
+    print(text)
+    return result
+
+
+if __name__ == "__main__":
+    main()

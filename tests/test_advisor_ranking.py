@@ -1,0 +1,250 @@
+"""benchmarks/advisor_ranking.py: its verdicts on scripted numbers (rank comparison, Kendall's tau
+against a count of adjacent swaps, the within-noise rule, the top-two check, the summary and its
+counts), bad options, and one tiny real run on sim-server processes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks.advisor_ranking import (
+    compare,
+    kendall_tau,
+    main,
+    parser,
+    report,
+    summarise,
+    swapped_pairs,
+    targets,
+    within_noise,
+)
+
+MODES = ("sc", "autoreset", "sgr", "ver", "fast+carry", "fast+reset")
+
+
+def _tau_by_swaps(a: dict[str, float], b: dict[str, float]) -> float:
+    """Slow reference without ties: bubble-sort b's order into a's, counting swaps; tau = 1 - 4 swaps / (n (n-1))."""
+    target = sorted(a, key=lambda k: -a[k])
+    current = sorted(b, key=lambda k: -b[k])
+    swaps = 0
+    for _ in range(len(current)):
+        for i in range(len(current) - 1):
+            if target.index(current[i]) > target.index(current[i + 1]):
+                current[i], current[i + 1] = current[i + 1], current[i]
+                swaps += 1
+    n = len(a)
+    return 1 - 4 * swaps / (n * (n - 1))
+
+
+# -- Kendall's tau --------------------------------------------------------------------------------------
+
+
+def test_kendall_tau_is_one_for_the_same_order_and_minus_one_reversed():
+    a = dict(zip(MODES, (6.0, 5.0, 4.0, 3.0, 2.0, 1.0)))
+    assert kendall_tau(a, {k: 10 * v for k, v in a.items()}) == 1.0
+    assert kendall_tau(a, {k: -v for k, v in a.items()}) == -1.0
+    one_swap = {**a, "sc": 5.0, "autoreset": 6.0}
+    assert kendall_tau(a, one_swap) == pytest.approx(13 / 15)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_kendall_tau_matches_a_count_of_adjacent_swaps(seed):
+    rng = np.random.default_rng(seed)
+    a = dict(zip(MODES, rng.permutation(6).astype(float)))
+    b = dict(zip(MODES, rng.permutation(6).astype(float)))
+    assert kendall_tau(a, b) == pytest.approx(_tau_by_swaps(a, b))
+
+
+def test_kendall_tau_counts_a_tie_as_neither():
+    a = {"x": 3.0, "y": 2.0, "z": 1.0}
+    b = {"x": 3.0, "y": 3.0, "z": 1.0}  # x-y tied: 0; x-z and y-z concordant
+    assert kendall_tau(a, b) == pytest.approx(2 / 3)
+
+
+# -- the verdicts ---------------------------------------------------------------------------------------
+
+
+def test_within_noise_is_ten_percent_of_the_larger():
+    assert within_noise(100.0, 90.0) and within_noise(90.0, 100.0)
+    assert not within_noise(100.0, 89.9)
+
+
+def test_compare_a_ranking_measured_as_predicted():
+    predicted = {"ver": 1000.0, "fast+carry": 900.0, "sc": 100.0}
+    measured = {"ver": 1100.0, "fast+carry": 800.0, "sc": 90.0}
+    verdict = compare(predicted, measured)
+    assert verdict["predicted_order"] == verdict["measured_order"] == ["ver", "fast+carry", "sc"]
+    assert verdict["exact"] and verdict["within_noise"] and verdict["top1"]
+    assert verdict["kendall_tau"] == 1.0 and verdict["swapped"] == []
+    # |1000 - 1100| <= 0.2 x 1100 and |900 - 800| <= 0.2 x 800
+    assert verdict["top_two"]
+    assert verdict["top_two_ratios"] == {"ver": pytest.approx(1.1), "fast+carry": pytest.approx(800 / 900)}
+
+
+def test_compare_a_swap_within_noise_keeps_the_noise_verdict_only():
+    predicted = {"ver": 1000.0, "fast+carry": 900.0, "sc": 100.0}
+    measured = {"ver": 950.0, "fast+carry": 1000.0, "sc": 100.0}  # 950 is within 10% of 1000
+    verdict = compare(predicted, measured)
+    assert verdict["swapped"] == [["ver", "fast+carry"]]
+    assert not verdict["exact"] and verdict["within_noise"] and not verdict["top1"]
+    assert verdict["kendall_tau"] == pytest.approx(1 / 3)
+
+
+def test_compare_a_swap_beyond_noise_misses_both_ranking_verdicts():
+    predicted = {"ver": 1000.0, "fast+carry": 900.0, "sc": 100.0}
+    measured = {"ver": 850.0, "fast+carry": 1000.0, "sc": 100.0}
+    verdict = compare(predicted, measured)
+    assert not verdict["exact"] and not verdict["within_noise"]
+
+
+def test_compare_a_far_swap_counts_even_when_neighbours_are_close():
+    # The model puts sc first, measured last: both its pairs are swapped, the far one (sc-ver) too;
+    # measured 920 is within 10% of 1000 (noise), 880 is not.
+    predicted = {"sc": 3.0, "ver": 2.0, "fast+carry": 1.0}
+    verdict = compare(predicted, {"ver": 1000.0, "fast+carry": 950.0, "sc": 920.0})
+    assert sorted(map(tuple, verdict["swapped"])) == [("sc", "fast+carry"), ("sc", "ver")]
+    assert verdict["within_noise"]
+    verdict = compare(predicted, {"ver": 1000.0, "fast+carry": 950.0, "sc": 880.0})  # sc-ver 12% apart
+    assert not verdict["within_noise"]
+
+
+@pytest.mark.parametrize(
+    ("predicted", "measured", "within"),
+    [
+        (120.0, 100.0, True),  # |120 - 100| = 0.20 x 100
+        (80.0, 100.0, True),
+        (121.0, 100.0, False),
+        (79.0, 100.0, False),
+    ],
+)
+def test_top_two_is_predicted_within_twenty_percent_of_measured(predicted, measured, within):
+    verdict = compare({"a": predicted, "b": 10.0, "c": 1.0}, {"a": measured, "b": 10.0, "c": 1.0})
+    assert verdict["top_two"] is within
+
+
+def test_swapped_pairs_name_the_model_first():
+    assert swapped_pairs({"x": 2.0, "y": 1.0}, {"x": 1.0, "y": 2.0}) == [("x", "y")]
+    assert swapped_pairs({"x": 1.0, "y": 2.0}, {"x": 2.0, "y": 1.0}) == [("y", "x")]
+
+
+def test_compare_refuses_different_modes():
+    with pytest.raises(ValueError, match="different modes"):
+        compare({"ver": 1.0}, {"sc": 1.0})
+
+
+# -- the summary ----------------------------------------------------------------------------------------
+
+
+def _advice(preset: str, predicted: dict[str, float]) -> dict:
+    rows = []
+    for label, figure in sorted(predicted.items(), key=lambda kv: -kv[1]):
+        mode, _, truncation = label.partition("+")
+        settings = {"mode": mode, "truncation": truncation or "carry", "prefetch": True, "locality": False}
+        rows.append({"label": f"{label}+prefetch", "settings": settings, "effective_throughput": figure})
+    return {"preset": preset, "policy": "random", "clips": 10, "rows": rows}
+
+
+def _measured(preset: str, label: str, figures: list[float]) -> list[dict]:
+    return [
+        {"preset": preset, "policy": "random", "clips": 10, "mode": label, "repeat": r, "effective_throughput": f}
+        for r, f in enumerate(figures)
+    ]
+
+
+def test_summary_takes_medians_ranks_each_mode_and_counts_the_targets():
+    advice = [
+        _advice("calibrated", {"fast+carry": 1000.0, "ver": 900.0, "sc": 100.0}),
+        _advice("parallel", {"fast+carry": 1000.0, "ver": 900.0, "sc": 100.0}),
+    ]
+    measurements = (
+        _measured("calibrated", "fast+carry", [900.0, 1000.0, 950.0])  # median 950
+        + _measured("calibrated", "ver", [800.0, 850.0])  # median 825
+        + _measured("calibrated", "sc", [100.0])
+        + _measured("parallel", "fast+carry", [500.0])
+        + _measured("parallel", "ver", [1000.0])  # swapped, 50% apart
+        + _measured("parallel", "sc", [100.0])
+    )
+    calibrated, parallel = summarise(advice, measurements)
+    fast = calibrated["modes"]["fast+carry"]
+    assert fast["measured"] == 950.0 and fast["spread"] == [900.0, 1000.0] and fast["repeats"] == 3
+    assert fast["ratio"] == pytest.approx(0.95) and fast["variant"] == "fast+carry+prefetch"
+    assert calibrated["exact"] and calibrated["top_two"]
+    assert parallel["modes"]["ver"]["predicted_rank"] == 2 and parallel["modes"]["ver"]["measured_rank"] == 1
+    assert not parallel["exact"] and not parallel["within_noise"] and not parallel["top1"]
+    assert not parallel["top_two"]  # fast+carry: |1000 - 500| > 0.2 x 500
+    counts = targets([calibrated, parallel])
+    assert counts == {name: {"met": 1, "missed": 1} for name in ("exact", "within_noise", "top1", "top_two")}
+
+    result = {"config": {"samples": 1024, "repeats": 3, "servers": 2}, "summary": [calibrated, parallel]}
+    text = report(json.loads(json.dumps(result)))
+    assert "| parallel | random | 10 | fast+carry > ver > sc | ver > fast+carry > sc | no | no |" in text
+    assert text.rstrip().splitlines()[-4:] == [
+        "- ranking exact: met in 1, missed in 1",
+        "- ranking within noise (10%): met in 1, missed in 1",
+        "- predicted top-1 is the measured top-1: met in 1, missed in 1",
+        "- top two predicted within 20% of measured: met in 1, missed in 1",
+    ]
+
+
+def test_summary_refuses_a_row_without_a_measurement():
+    advice = [_advice("off", {"ver": 1.0, "sc": 0.5})]
+    with pytest.raises(ValueError, match="sc has no measurement"):
+        summarise(advice, _measured("off", "ver", [1.0]))
+
+
+# -- options --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--presets", "turbo"], "--presets"),
+        (["--clips", "10,0"], "--clips"),
+        (["--clips", "ten"], "--clips"),
+        (["--repeats", "0"], "--repeats"),
+        (["--samples", "-5"], "--samples"),
+        (["--servers", "65"], "--servers"),
+        (["--seed", "-1"], "--seed"),
+        (["--checkpoint", "/no/such/dir"], "--checkpoint"),
+    ],
+)
+def test_bad_options_exit_2_naming_the_flag(argv, flag, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exited:
+        parser().parse_args(["--out", str(tmp_path), *argv])
+    assert exited.value.code == 2
+    assert f"argument {flag}" in capsys.readouterr().err
+
+
+def test_options_default_to_the_issues_grid():
+    args = parser().parse_args(["--out", "x", "--clips", "30,10,10"])
+    assert args.presets == ["off", "calibrated", "parallel", "vectorized"]
+    assert args.clips == [10, 30] and args.repeats == 2 and args.servers == 2 and args.checkpoint is None
+
+
+# -- a tiny real run ------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_tiny_run_measures_every_mode_the_advisor_ranks(tmp_path):
+    out = tmp_path / "ranking"
+    result = main(["--presets", "off", "--clips", "4", "--repeats", "1", "--samples", "128", "--out", str(out)])
+    saved = json.loads((out / "ranking.json").read_text())
+    assert saved["summary"] == json.loads(json.dumps(result["summary"]))
+    (advice,) = saved["advice"]
+    (summary,) = saved["summary"]
+    assert sorted(summary["modes"]) == sorted(MODES)
+    # Every row measured once, as the variant the advisor named.
+    assert sorted((m["mode"], m["variant"]) for m in saved["measurements"]) == sorted(
+        (label, summary["modes"][label]["variant"]) for label in MODES
+    )
+    assert [r["label"] for r in advice["rows"]] == [summary["modes"][k]["variant"] for k in summary["predicted_order"]]
+    for m in summary["modes"].values():
+        assert m["predicted"] > 0 and m["measured"] > 0
+    assert sorted(m["measured_rank"] for m in summary["modes"].values()) == list(range(1, 7))
+    assert -1 <= summary["kendall_tau"] <= 1
+    assert list(summary["top_two_ratios"]) == summary["predicted_order"][:2]
+    text = (out / "ranking.md").read_text()
+    assert "| off | random | 4 |" in text
+    assert text.rstrip().splitlines()[-1].startswith("- top two predicted within 20% of measured: met in")
