@@ -372,6 +372,34 @@ def test_compose_ranks_form_one_group_with_a_broker_on_each_rank_and_its_shard()
     assert services["gateway"]["ports"][0]["host_ip"] == "127.0.0.1"
 
 
+@pytest.mark.parametrize(
+    "files",
+    [
+        ("docker-compose.yml", "deploy/compose.ranks.yml"),
+        ("docker-compose.yml", "deploy/compose.local.yml", "deploy/compose.ranks.yml"),
+        ("docker-compose.yml", "deploy/compose.ranks.yml", "deploy/compose.local.yml"),
+    ],
+    ids=["registry", "local-then-ranks", "ranks-then-local"],
+)
+def test_compose_ranks_run_one_image_that_the_base_files_services_build(files: tuple[str, ...]) -> None:
+    """learner-1 and broker-1 run fast:latest with no build of their own and are never pulled: with a
+    registry the base file's services build it as before (`up --build`); with compose.local.yml sim-server
+    alone builds it, on the local base, whichever file comes first."""
+    result = _compose_config(*(ROOT / f for f in files), quiet=False)
+    assert result.returncode == 0, result.stderr
+    services = yaml.safe_load(result.stdout)["services"]
+    assert {s["image"] for s in services.values()} == {"fast:latest"}
+    local = "deploy/compose.local.yml" in files
+    builders = {"sim-server"} if local else {"sim-server", "learner", "broker", "gateway"}
+    assert {name for name, s in services.items() if s.get("build")} == builders
+    for name, service in services.items():
+        if name in builders:
+            assert service["build"]["context"] == str(ROOT), name
+            assert ("BASE_IMAGE" in service["build"].get("args", {})) == local, (name, service["build"])
+        else:
+            assert service["pull_policy"] == "never", name  # no registry has fast:latest
+
+
 def _ranks_documents() -> list[dict]:
     return [
         doc
