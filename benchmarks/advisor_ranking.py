@@ -48,11 +48,11 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.options import PRESETS, checkpoint, count, counts, names, seed
 from jobs.advise.config import AdviseConfig
 from jobs.advise.run import advise_on, bench_config, json_safe, measure_row
 from jobs.bench.harness import fixed_policies, runner_for, simulator_pool
 
-PRESETS = ("off", "calibrated", "parallel", "vectorized")
 CLIPS = (10, 30)
 NOISE = 0.10  # two measured figures this close are within noise of each other
 TOP_TWO = 0.20  # predicted within this share of measured, for the predicted first two (issue 30)
@@ -318,60 +318,26 @@ def run(args: argparse.Namespace, log=None) -> dict:
     }
 
 
-def _count(text: str, least: int = 1) -> int:
-    value = int(text)  # ValueError: argparse names the flag and the value
-    if value < least:
-        raise argparse.ArgumentTypeError(f"{text!r}: give an integer >= {least}")
-    return value
-
-
 def _servers(text: str) -> int:
-    value = _count(text)
+    value = count(text)
     if value > 64:
         raise argparse.ArgumentTypeError(f"{text!r}: give at most 64 (fast advise's bound)")
     return value
 
 
-def _seed(text: str) -> int:
-    return _count(text, least=0)
-
-
-def _clips(text: str) -> list[int]:
-    values = [_count(x) for x in text.split(",")]
-    return sorted(set(values))
-
-
-def _presets(text: str) -> list[str]:
-    names = text.split(",")
-    if not set(names) <= set(PRESETS):
-        raise argparse.ArgumentTypeError(f"{text[:40]!r}: give some of {','.join(PRESETS)}")
-    return list(dict.fromkeys(names))
-
-
-def _checkpoint(text: str) -> Path:
-    from learner.checkpoint import list_checkpoints
-
-    path = Path(text)
-    if not path.is_dir() or not list_checkpoints(path):
-        raise argparse.ArgumentTypeError(f"{text[:80]!r} holds no checkpoint; give a fast train run's checkpoints/")
-    return path
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="folder for ranking.json and ranking.md")
-    p.add_argument("--presets", type=_presets, default=list(PRESETS), help="cost presets, comma-separated")
-    p.add_argument("--clips", type=_clips, default=list(CLIPS), help="clip counts, comma-separated")
-    p.add_argument(
-        "--checkpoint", type=_checkpoint, default=None, help="a fast train run's checkpoints: adds 'trained'"
-    )
-    p.add_argument("--repeats", type=_count, default=2, help="measurements of each row (median)")
+    p.add_argument("--presets", type=names(PRESETS), default=list(PRESETS), help="cost presets, comma-separated")
+    p.add_argument("--clips", type=counts, default=list(CLIPS), help="clip counts, comma-separated")
+    p.add_argument("--checkpoint", type=checkpoint, default=None, help="a fast train run's checkpoints: adds 'trained'")
+    p.add_argument("--repeats", type=count, default=2, help="measurements of each row (median)")
     samples = AdviseConfig.model_fields["samples"].default  # `fast advise`'s
     p.add_argument(
-        "--samples", type=_count, default=samples, help="valid transitions of an iteration, as predicted and measured"
+        "--samples", type=count, default=samples, help="valid transitions of an iteration, as predicted and measured"
     )
     p.add_argument("--servers", type=_servers, default=2, help="sim-server processes per preset")
-    p.add_argument("--seed", type=_seed, default=0)
+    p.add_argument("--seed", type=seed, default=0)
     return p
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.options import PRESETS, checkpoint, count, names, seed
 from broker.advisor.auto_alpha import AutoAlpha
 from broker.dealer import ClipDealer
 from broker.samplers import make_sampler
@@ -43,7 +44,6 @@ from jobs.bench.harness import fixed_policies, runner_for, simulator_pool, sprea
 
 ALPHAS = (0.1, 0.3, 0.5, 0.7, 0.9, 1.0)  # the fixed grid: 6 values over the chooser's default bounds
 AUTO = "auto"
-PRESETS = ("off", "calibrated", "parallel", "vectorized")
 TARGET = 0.95  # auto against the best fixed alpha (issue 30)
 
 
@@ -224,33 +224,24 @@ def _floats(text: str) -> list[float]:
     return values
 
 
-def _presets(text: str) -> list[str]:
-    names = text.split(",")
-    if not names or not set(names) <= set(PRESETS):
-        raise argparse.ArgumentTypeError(f"{text[:40]!r}: give some of {','.join(PRESETS)}")
-    return names
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="folder for alpha.json and alpha.md")
-    p.add_argument("--presets", type=_presets, default=list(PRESETS), help="cost presets, comma-separated")
+    p.add_argument("--presets", type=names(PRESETS), default=list(PRESETS), help="cost presets, comma-separated")
     p.add_argument("--alphas", type=_floats, default=list(ALPHAS), help="the fixed alphas, in (0, 1]")
-    p.add_argument("--clips", type=int, default=10, help="slots driven (the default run's 2 x 5)")
-    p.add_argument("--servers", type=int, default=2)
-    p.add_argument("--iterations", type=int, default=4, help="measured iterations a row")
-    p.add_argument("--samples", type=int, default=2048, help="valid transitions a measured iteration")
-    p.add_argument("--t-max", type=int, default=200)
-    p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--checkpoint", type=Path, default=None, help="a fast train run's checkpoints: adds 'trained'")
+    p.add_argument("--clips", type=count, default=10, help="slots driven (the default run's 2 x 5)")
+    p.add_argument("--servers", type=count, default=2)
+    p.add_argument("--iterations", type=count, default=4, help="measured iterations a row")
+    p.add_argument("--samples", type=count, default=2048, help="valid transitions a measured iteration")
+    p.add_argument("--t-max", type=count, default=200)
+    p.add_argument("--repeats", type=count, default=2)
+    p.add_argument("--seed", type=seed, default=0)
+    p.add_argument("--checkpoint", type=checkpoint, default=None, help="a fast train run's checkpoints: adds 'trained'")
     return p
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parser().parse_args(argv)
-    if args.clips < 1 or args.iterations < 1 or args.repeats < 1 or args.samples < 1:
-        parser().error("--clips, --iterations, --repeats and --samples must each be >= 1")
     result = asyncio.run(run(args))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "alpha.json").write_text(json.dumps(result, indent=1, default=float))
