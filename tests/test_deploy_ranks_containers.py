@@ -296,8 +296,14 @@ def test_compose_ranks_resume_after_a_rank_is_killed_past_a_checkpoint(stack: St
         service: int(stack.inspect(stack.containers(service)[0], "{{.RestartCount}}")) for service in (*RANKS, *BROKERS)
     }
     assert all(counts[rank] > restarts[rank] for rank in RANKS), (restarts, counts)  # the whole group restarted
+    # Why each rank left its group (a failed collective, or its watch of the store: learner/group.py).
+    causes = {
+        rank: re.findall(r"ERROR the group of 2 learner ranks failed at policy version \d+ \((.{0,60})", text)
+        for rank in RANKS
+        for text in [stack.compose("logs", "--no-color", rank, timeout=60, check=False).stdout]
+    }
     print(
         f"ranks container kill: {victim_service} killed at version {version_at_kill} (broker 0 had recorded "
-        f"{len(before)} lines), restarts {counts}, resumed (version, lines dropped) {resumed}, "
+        f"{len(before)} lines), restarts {counts}, resumed (version, lines dropped) {resumed}, causes {causes}, "
         f"lines now {[len(x) for x in lines]}, timings {json.dumps(stack.timings)}"
     )

@@ -213,6 +213,7 @@ def test_a_rank_restarted_alone_ends_the_old_group_and_joins_the_next(tmp_path: 
         again = [wait_listening(child, deadline) for child in children]
         assert [_listening_line(r).endswith(f" rank={i}/2") for i, r in zip((1, 0), again)] == [True, True]
         assert left_s < 25, left_s  # the watch's second, the drain, and the process's exit
+        print(f"rank 0 left {left_s:.1f} s after the restarted rank 1 marked its store")
     finally:
         for child in children:
             stop(child, timeout_s=10)
