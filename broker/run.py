@@ -4,7 +4,10 @@ Strictly on-policy: an iteration samples with policy version v and submits with 
 learner refuses anything else. When the learner is unreachable the run waits (bounded by
 learner_wait_s) and retries the same batch; when the learner answers that the batch is stale
 (it restarted from an older checkpoint, or another broker advanced it), the batch is
-dropped, the current policy fetched, and sampling starts again.
+dropped, the current policy fetched, and sampling starts again. A learner that went back to an
+older version, or a run directory that holds a metrics.jsonl at start (a restart by the platform),
+makes the run resume there (`_resume`): the lines past the learner's version are dropped and the
+iterations numbered on, so that each version is recorded once.
 
 Control calls (pause, stop, UpdateSettings, DetachSimulator, RegisterSimulator) take effect
 between iterations, at the boundary before the next one samples: a batch is never cut short,
