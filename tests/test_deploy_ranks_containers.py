@@ -1,7 +1,9 @@
 """deploy/compose.ranks.yml run for real, in containers: two learner ranks in one torch.distributed
 group (gloo, rendezvous at learner:29500 on the Compose network), a broker per rank on its shard of 4
 sim-server replicas, and one gateway over both, checked from the host through the gateway
-(docs/scaling.md, "Docker Compose").
+(docs/scaling.md, "Docker Compose"); then, on the same stack, learner rank 0 and then rank 1 killed past
+a checkpoint and brought back by Compose's restart policies alone, every version recorded once
+(docs/scaling.md, "Restarting on Compose and Kubernetes").
 
 docker-compose.yml, deploy/compose.local.yml (the image built without a registry, once) and
 deploy/compose.ranks.yml are used as written; a fourth file of the test's own only makes the run
