@@ -121,6 +121,8 @@ class BrokerConfig(TlsSettings):
     iterations: int = Field(0, ge=0, description="Iterations; 0 runs until stopped.")
     # A broker restarted with its group of learner ranks (`fast train`'s max_restarts) carries on the run's
     # count: its learner resumed from the checkpoint of that version, so the iterations before it are done.
+    # A broker that starts with a metrics.jsonl in run_dir counts on from its lines by itself (broker/run.py,
+    # _resume: a platform's restart); first_iteration, when higher, wins.
     first_iteration: int = Field(
         0,
         ge=0,

@@ -2,7 +2,9 @@
 
 Iterations are appended in order (1, 2, 3, ...); the oldest fall off past `capacity`. Watchers
 follow the history with an event each, set on every append and on close: no polling, and a
-watcher that goes away (its generator closed or cancelled) takes its event with it.
+watcher that goes away (its generator closed or cancelled) takes its event with it. When the learner
+restarts from an older checkpoint, the iterations past it are dropped (`drop_from_version`) and
+numbered again as they are trained again; a watcher past them follows on from the last one kept.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ class MetricsHistory:
         self._held: deque[dict] = deque(maxlen=capacity)
         self._watchers: set[asyncio.Event] = set()
         self._closed = False
+        self._rewinds = 0  # how many times iterations were dropped from the tail
+        self._last_kept = 0  # the iteration the last drop left the history at
 
     @property
     def closed(self) -> bool:
@@ -35,6 +39,17 @@ class MetricsHistory:
         """One iteration's metrics (its "iteration" one more than the last's); wakes every watcher."""
         self._held.append(metrics)
         self._wake()
+
+    def drop_from_version(self, version: int) -> int:
+        """Drop the held iterations of policy_version >= `version` (the newest ones: the learner resumed
+        from the checkpoint of `version`); returns how many. The iterations kept stay consecutive."""
+        dropped = 0
+        while self._held and self._held[-1]["policy_version"] >= version:
+            self._last_kept = self._held.pop()["iteration"] - 1
+            dropped += 1
+        if dropped:
+            self._rewinds += 1
+        return dropped
 
     def close(self) -> None:
         """No iteration follows (the run is over): watchers get what is held, then their streams end."""
@@ -57,9 +72,11 @@ class MetricsHistory:
         woken = asyncio.Event()
         self._watchers.add(woken)
         try:
-            cursor = since_iteration
+            cursor, rewinds = since_iteration, self._rewinds
             while True:
                 woken.clear()  # before reading: an append from here on sets it again
+                if rewinds != self._rewinds:  # iterations dropped: follow on from the last one kept
+                    cursor, rewinds = min(cursor, self._last_kept), self._rewinds
                 batch = self.since(cursor)
                 for metrics in batch:
                     cursor = metrics["iteration"]

@@ -4,7 +4,10 @@ Strictly on-policy: an iteration samples with policy version v and submits with 
 learner refuses anything else. When the learner is unreachable the run waits (bounded by
 learner_wait_s) and retries the same batch; when the learner answers that the batch is stale
 (it restarted from an older checkpoint, or another broker advanced it), the batch is
-dropped, the current policy fetched, and sampling starts again.
+dropped, the current policy fetched, and sampling starts again. A learner that went back to an
+older version, or a run directory that holds a metrics.jsonl at start (a restart by the platform),
+makes the run resume there (`_resume`): the lines past the learner's version are dropped and the
+iterations numbered on, so that each version is recorded once.
 
 Control calls (pause, stop, UpdateSettings, DetachSimulator, RegisterSimulator) take effect
 between iterations, at the boundary before the next one samples: a batch is never cut short,
@@ -40,6 +43,7 @@ from broker.dealer import ClipDealer, pool_locality
 from broker.histogram import EPISODE_LENGTH_BOUNDS, EPISODE_RETURN_BOUNDS, CumulativeHistogram
 from broker.history import MetricsHistory
 from broker.metrics import IterationStats
+from broker.metrics_file import METRICS_FILE, cut_file
 from broker.policy_runner import PolicyRunner
 from broker.pool import PoolTimeouts, ServerHandle, SimulatorPool
 from broker.retry import RetryExpired, retry
@@ -147,7 +151,7 @@ class BrokerRun:
         self._stop = False
         self._sampler: Sampler | None = None
         self._dealer: ClipDealer | None = None
-        self._metrics_file = Path(config.run_dir) / "metrics.jsonl" if config.run_dir else None
+        self._metrics_file = Path(config.run_dir) / METRICS_FILE if config.run_dir else None
 
     # -- control -------------------------------------------------------------------------
     def pause(self) -> None:
@@ -278,6 +282,8 @@ class BrokerRun:
         policy = await self.learner.get_policy()
         self.runner = PolicyRunner(obs_space, act_space, policy.hidden_sizes, seed=self.config.seed)
         self.runner.load(policy.version, policy.weights)
+        if self._metrics_file is not None and self._metrics_file.exists():
+            self._resume(policy.version, starting=True)
         locality = pool_locality(self.pool, self.config.locality_max_repeat) if self.config.locality else None
         if self.config.locality and locality is None:
             log.warning("locality is on, but the simulators do not list each clip's map: dealing without locality")
@@ -535,9 +541,36 @@ class BrokerRun:
         log.warning(
             "batch of version %d refused (%s); sampling again with version %d", version, refusal, policy.version
         )
+        if policy.version < version:  # the learner restarted from an older checkpoint: its updates past it are lost
+            self._resume(policy.version, starting=False)
         self.runner.load(policy.version, policy.weights)
         self.stale_batches += 1
         return None
+
+    def _resume(self, version: int, *, starting: bool) -> None:
+        """The learner is at `version`, resumed from its checkpoint (a broker restarted by its platform finds
+        its run's metrics.jsonl; a running one finds its learner restarted older): the lines and held
+        iterations of policy_version >= `version` are dropped, those updates being lost with the learner
+        that made them, and the iterations are numbered on from the lines kept (broker/metrics_file.py), so
+        that every version is recorded once. `fast train` has cut the files already and sets
+        first_iteration, which a start keeps."""
+        held = self.history.drop_from_version(version)
+        cut = cut_file(self._metrics_file, version) if self._metrics_file is not None else None
+        before = self.iteration
+        if cut is not None:
+            self.iteration = max(self.config.first_iteration, cut.kept) if starting else cut.kept
+        else:
+            self.iteration -= held
+        dropped = cut.dropped if cut is not None else held
+        if starting and not dropped and self.iteration == before:
+            return
+        log.warning(
+            "resuming at policy version %d: %d iteration(s) past it dropped%s; iterations numbered on from %d",
+            version,
+            dropped,
+            f" from {self._metrics_file}" if cut is not None else "",
+            self.iteration,
+        )
 
     async def _retry_learner(self, deadline: float, call):
         try:

@@ -28,10 +28,15 @@ log = logging.getLogger("fast.lifecycle")
 
 
 async def run_until_signal(
-    name: str, server: grpc.aio.Server, health_servicer: health.aio.HealthServicer, grace_s: float
+    name: str,
+    server: grpc.aio.Server,
+    health_servicer: health.aio.HealthServicer,
+    grace_s: float,
+    stop: asyncio.Event | None = None,
 ) -> None:
-    """Serve until SIGTERM or SIGINT, then drain in-flight calls for up to `grace_s` seconds."""
-    stop = asyncio.Event()
+    """Serve until SIGTERM or SIGINT, then drain in-flight calls for up to `grace_s` seconds. `stop`: the
+    event the signals set (the caller's, to see that the process is stopping)."""
+    stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

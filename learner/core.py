@@ -445,12 +445,18 @@ class LearnerCore:
         return chosen
 
     def _group_failed(self, error: BaseException) -> LearnerError:
-        """Record that the group can no longer update (this rank's state was rolled back or never
-        touched), tell the server, and return the UNAVAILABLE to answer."""
+        """A collective failed (this rank's state was rolled back or never touched): record it, tell the
+        server, and return the UNAVAILABLE to answer."""
+        return unavailable(self.fail_group(f"{type(error).__name__}: {shorten(str(error))}"))
+
+    def fail_group(self, cause: str) -> str:
+        """Record that the group can no longer update, because of `cause` (a failed collective, or what
+        the rank's watch of the group saw: learner/group.py, group_broken), and tell the server, which
+        stops this rank (exit 1). Returns the message."""
         assert self._ranks is not None
         self.group_failure = (
             f"the group of {self._ranks.world_size} learner ranks failed at policy version {self._version} "
-            f"({type(error).__name__}: {shorten(str(error))}): a rank left, or sent no batch within "
+            f"({cause}): a rank left, or sent no batch within "
             f"rank_timeout_s={self.config.rank_timeout_s:g} s; nothing was updated, rank {self._ranks.rank} stops, "
             "and the run resumes from the last checkpoint when the group restarts (torchrun --max-restarts, or "
             "the platform's restart)"
@@ -458,7 +464,7 @@ class LearnerCore:
         log.error("%s", self.group_failure)
         if self.on_group_failure is not None:
             self.on_group_failure()
-        return unavailable(self.group_failure)
+        return self.group_failure
 
     def _agree_on_resume(self, ranks: Ranks) -> None:
         """Every rank resumed the same version from the newest checkpoint (a shared checkpoint_dir), or

@@ -20,13 +20,24 @@ are pinned to the loopback interface then (`GLOO_SOCKET_IFNAME`, unless set). Un
 (`TORCHELASTIC_USE_AGENT_STORE=True`) the agent serves the store and rank 0 connects to it like the
 others. Every rank joins over gloo; when every rank's learner is on CUDA, the updates' reductions
 go over an NCCL group of the same ranks (learner.distributed.Ranks), otherwise over gloo.
+
+**A rank restarted alone** (Compose's or Kubernetes' restart policy; torchrun restarts every rank
+together and is left to itself): rank 0's store outlives a rank r != 0 that died, so the restarted
+rank finds its own seat (`fast/joined/r`) taken, by its predecessor. It does not join that group,
+whose gloo pairs are its predecessor's: it marks the store (`fast/rejoined`) and waits for the store
+to go, then joins the next one. Every rank of a formed group watches the store (`group_broken`,
+about once a second): the mark, or a store gone (rank 0 left), fails the rank at once (exit 1), rather
+than at its next collective, so the platform restarts the survivors and the group forms again from
+the last checkpoint.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import socket
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -40,6 +51,10 @@ from learner.distributed import Ranks
 
 DEFAULT_MASTER_ADDR = "127.0.0.1"
 DEFAULT_MASTER_PORT = 29500
+REJOINED = "fast/rejoined"  # set by a restarted rank in its predecessor's store: that group is over
+WATCH_S = 1.0  # how often a rank of a formed group looks at its store (group_broken)
+
+log = logging.getLogger("fast.learner")
 
 
 @dataclass(frozen=True)
@@ -136,30 +151,51 @@ def join_group(
     device: torch.device,
     timeout_s: float,
     announce: Callable[[str, GroupSettings], None] | None = None,
-) -> Ranks | None:
-    """Join the group (blocks until every rank has joined, `timeout_s` at most); None for one rank
-    alone. `announce(HOST:PORT, settings)` is called once the rendezvous address is known (on rank 0,
-    once its store listens: the port it bound when master_port is 0)."""
+) -> tuple[Ranks | None, dist.Store | None]:
+    """Join the group (blocks until every rank has joined, `timeout_s` at most); (None, None) for one
+    rank alone, else this rank and the rendezvous store (for `group_broken`). `announce(HOST:PORT,
+    settings)` is called once the rendezvous address is known (on rank 0, once its store listens: the
+    port it bound when master_port is 0)."""
     if settings.world_size == 1:
-        return None
+        return None, None
     if _is_loopback(settings.master_addr) and "GLOO_SOCKET_IFNAME" not in os.environ:
         interface = _loopback_interface()
         if interface is not None:
             os.environ["GLOO_SOCKET_IFNAME"] = interface
     joining_s = max(timeout_s, JOIN_TIMEOUT_S)
-    store = rendezvous_store(
-        settings.master_addr,
-        settings.master_port,
-        is_master=settings.rank == 0 and not settings.agent_store,
-        timeout_s=joining_s,
-    )
-    if announce is not None:
-        host = f"[{settings.master_addr}]" if ":" in settings.master_addr else settings.master_addr
-        announce(f"{host}:{store.port}", settings)
+    deadline = time.monotonic() + joining_s
+    while True:
+        store = rendezvous_store(
+            settings.master_addr,
+            settings.master_port,
+            is_master=settings.rank == 0 and not settings.agent_store,
+            timeout_s=joining_s,
+        )
+        if announce is not None:
+            host = f"[{settings.master_addr}]" if ":" in settings.master_addr else settings.master_addr
+            announce(f"{host}:{store.port}", settings)
+        if take_seat(store, settings):
+            break
+        # A predecessor of this rank sat here: the store is an earlier group's, whose rank 0 still runs.
+        log.warning(
+            "rank %d: the rendezvous at %s:%d is an earlier group's (this rank's seat is taken); marked it, "
+            "waiting for it to go",
+            settings.rank,
+            settings.master_addr,
+            settings.master_port,
+        )
+        store.set(REJOINED, str(settings.rank))
+        while not _store_gone(store):
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"rank {settings.rank}: the rendezvous at {settings.master_addr}:{settings.master_port} still "
+                    f"serves an earlier group after {joining_s:g} s; restart rank 0"
+                )
+            time.sleep(WATCH_S)
+        del store  # its connection to the earlier rank 0's store; the next one is the new rank 0's
     # Every rank present before the group forms: gloo's own connect waits only `timeout_s`, the
     # collectives' bound, and a rank that starts slower than that (imports on a loaded machine, an
     # image still being pulled) would fail the group before it ever existed.
-    store.set(f"fast/joined/{settings.rank}", "1")
     store.wait([f"fast/joined/{rank}" for rank in range(settings.world_size)], timedelta(seconds=joining_s))
     dist.init_process_group(
         "gloo",
@@ -172,8 +208,39 @@ def join_group(
     dist.all_reduce(on_cuda, op=dist.ReduceOp.MIN)
     if bool(on_cuda):
         torch.cuda.set_device(device)
-        return Ranks(dist.new_group(backend="nccl", timeout=timedelta(seconds=timeout_s)))
-    return Ranks()
+        return Ranks(dist.new_group(backend="nccl", timeout=timedelta(seconds=timeout_s))), store
+    return Ranks(), store
+
+
+def take_seat(store: dist.Store, settings: GroupSettings) -> bool:
+    """Mark this rank present in the store; False when a process of this rank was there before (the
+    store is an earlier group's). Under torchrun's agent store every rank restarts together, and the
+    agent's store outlives its rounds: the seat is taken without that check."""
+    seat = f"fast/joined/{settings.rank}"
+    if settings.agent_store:
+        store.set(seat, "1")
+        return True
+    return store.add(seat, 1) == 1
+
+
+def group_broken(store: dist.Store, rank: int) -> str:
+    """Why the group of this store can no longer update, or "": a rank restarted (REJOINED), or the
+    store is gone (rank 0, which serves it, left). One round trip to rank 0's store."""
+    try:
+        if not store.check([REJOINED]):
+            return ""
+        restarted = store.get(REJOINED).decode()
+    except (RuntimeError, OSError) as error:  # torch's DistStoreError / DistNetworkError are RuntimeErrors
+        return "" if rank == 0 else f"rank 0's rendezvous store is gone, rank 0 left ({type(error).__name__})"
+    return f"rank {restarted} restarted and waits for a new group"
+
+
+def _store_gone(store: dist.Store) -> bool:
+    try:
+        store.check([REJOINED])
+    except (RuntimeError, OSError):
+        return True
+    return False
 
 
 def leave_group() -> None:

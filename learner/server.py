@@ -26,7 +26,7 @@ from learner.config import LearnerConfig
 from learner.core import LearnerCore
 from learner.device import pick_device
 from learner.distributed import Ranks
-from learner.group import GroupSettings, group_settings, join_group, leave_group, rank_device
+from learner.group import WATCH_S, GroupSettings, group_broken, group_settings, join_group, leave_group, rank_device
 from learner.servicer import LearnerServicer
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Learner"].full_name
@@ -58,13 +58,13 @@ async def serve(config: LearnerConfig) -> None:
     # One rank alone unless the settings or torchrun's environment make a group (learner/group.py).
     group = group_settings(config)
     config = config.model_copy(update={"device": rank_device(config, group)})
-    ranks = None
+    ranks = store = None
     if group.world_size > 1:
-        ranks = await asyncio.to_thread(
+        ranks, store = await asyncio.to_thread(
             join_group, group, pick_device(config.device), config.rank_timeout_s, _announce_rendezvous
         )
     try:
-        await _serve_rank(config, ranks)
+        await _serve_rank(config, ranks, None if group.agent_store else store)
     finally:
         leave_group()
 
@@ -78,7 +78,19 @@ def _announce_rendezvous(address: str, settings: GroupSettings) -> None:
     )
 
 
-async def _serve_rank(config: LearnerConfig, ranks: Ranks | None) -> None:
+async def _watch_group(core: LearnerCore, store, rank: int, stopping: asyncio.Event) -> None:
+    """A rank of a formed group: fail it as soon as its store says the group is over (a rank restarted
+    alone, or rank 0 gone; learner/group.py), not at its next collective, which may be an iteration away.
+    Quiet once the process is stopping: rank 0 leaving at a normal stop is no failure."""
+    while not stopping.is_set():
+        await asyncio.sleep(WATCH_S)
+        cause = await asyncio.to_thread(group_broken, store, rank)
+        if cause and not stopping.is_set() and core.group_failure is None:
+            core.fail_group(cause)
+            return
+
+
+async def _serve_rank(config: LearnerConfig, ranks: Ranks | None, store=None) -> None:
     # Resuming (reading the newest checkpoint) happens before binding: a learner that
     # listens already knows its version.
     core = LearnerCore(config, ranks)
@@ -97,7 +109,13 @@ async def _serve_rank(config: LearnerConfig, ranks: Ranks | None) -> None:
         flush=True,
     )
 
-    await run_until_signal("fast learner", server, health_servicer, config.grace_s)
+    stopping = asyncio.Event()
+    watch = asyncio.ensure_future(_watch_group(core, store, ranks.rank, stopping)) if store is not None else None
+    try:
+        await run_until_signal("fast learner", server, health_servicer, config.grace_s, stopping)
+    finally:
+        if watch is not None:
+            watch.cancel()
     final = await core.close()
     if final is not None:
         message = f"final checkpoint {final} version={core.policy_version}"

@@ -27,7 +27,7 @@ from learner.batch import RolloutBatch
 from learner.client import LearnerClient
 from learner.config import LearnerConfig
 from learner.distributed import state_digest
-from learner.group import GroupSettings, group_settings
+from learner.group import REJOINED, GroupSettings, group_broken, group_settings, take_seat
 from learner.policy import ActionSpec, ActorCritic, import_weights
 from learner.ppo import PPOLearner
 
@@ -180,3 +180,70 @@ def test_group_settings_refuse_what_makes_no_group(settings: dict, environ: dict
 
 def _listening_line(service: ServiceProcess) -> str:
     return next(line for line in service.output if "listening on" in line)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_a_rank_restarted_alone_ends_the_old_group_and_joins_the_next(tmp_path: Path) -> None:
+    """Compose's and Kubernetes' restart: rank 1 dies and is started again alone while rank 0 still serves
+    the old group's store. The new rank 1 finds its seat taken and marks the store; rank 0 sees the mark
+    within a second or so and exits 1 without waiting for a batch; rank 0 started again (its platform's
+    restart) forms the next group with the waiting rank 1 (learner/group.py)."""
+    checkpoint_dir = tmp_path / "checkpoints"
+    common = ["learner", "--host", "127.0.0.1", "--port", "0", "--checkpoint-dir", str(checkpoint_dir), *FAST_PPO]
+    common += ["--world-size", "2", "--master-addr", "127.0.0.1"]
+    children: list[Launch] = []
+    try:
+        with two_ranks(checkpoint_dir) as ranks:
+            port = _RENDEZVOUS.search("\n".join(ranks[0].output)).group(2)
+            ranks[1].process.kill()
+            ranks[1].process.wait(timeout=10)
+            children.append(launch("learner-rank1-again", [*common, "--rank", "1", "--master-port", port]))
+            _wait_for_line(
+                children[0], re.compile(r"rank 1: the rendezvous .* is an earlier group's"), time.monotonic() + 60
+            )
+            marked = time.monotonic()
+            assert ranks[0].process.wait(timeout=30) == 1
+            left_s = time.monotonic() - marked
+            assert any("rank 1 restarted and waits for a new group" in line for line in ranks[0].output), ranks[
+                0
+            ].output[-5:]
+        children.append(launch("learner-rank0-again", [*common, "--rank", "0", "--master-port", port]))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        again = [wait_listening(child, deadline) for child in children]
+        assert [_listening_line(r).endswith(f" rank={i}/2") for i, r in zip((1, 0), again)] == [True, True]
+        assert left_s < 25, left_s  # the watch's second, the drain, and the process's exit
+        print(f"rank 0 left {left_s:.1f} s after the restarted rank 1 marked its store")
+    finally:
+        for child in children:
+            stop(child, timeout_s=10)
+
+
+def _seat_settings(rank: int, agent_store: bool = False) -> GroupSettings:
+    return GroupSettings(
+        world_size=2, rank=rank, master_addr="127.0.0.1", master_port=1, local_rank=None, agent_store=agent_store
+    )
+
+
+def test_a_seat_taken_before_means_an_earlier_groups_store() -> None:
+    store = torch.distributed.HashStore()
+    assert take_seat(store, _seat_settings(0)) and take_seat(store, _seat_settings(1))
+    assert not take_seat(store, _seat_settings(1))  # rank 1 again: its predecessor sat here
+    agents = torch.distributed.HashStore()  # torchrun's agent store outlives its rounds: no check
+    assert take_seat(agents, _seat_settings(1, agent_store=True)) and take_seat(agents, _seat_settings(1, True))
+
+
+class _GoneStore:
+    """A store whose server (rank 0) has gone: torch raises DistNetworkError, a RuntimeError."""
+
+    def check(self, keys):
+        raise torch.distributed.DistNetworkError("Connection reset by peer")
+
+
+def test_the_group_is_broken_by_a_restarted_rank_or_a_store_gone() -> None:
+    store = torch.distributed.HashStore()
+    assert group_broken(store, 1) == "" and group_broken(store, 0) == ""
+    store.set(REJOINED, "1")
+    assert group_broken(store, 0) == "rank 1 restarted and waits for a new group"
+    assert group_broken(_GoneStore(), 1) == "rank 0's rendezvous store is gone, rank 0 left (DistNetworkError)"
+    assert group_broken(_GoneStore(), 0) == ""  # rank 0 serves the store itself

@@ -20,13 +20,15 @@ then agree with the learners' version sequence, with no version repeated and non
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fast.files import write_text_atomic
+# The lines' rule is the broker's too (a broker restarted alone by its platform): one module for both.
+from broker.metrics_file import consecutive_from_zero, drop_lines_from, recorded_versions
 from learner.checkpoint_files import list_checkpoints  # by name: no torch in fast train
+
+__all__ = ["SUPERSEDED", "ResumePoint", "choose_resume_point", "drop_lines_from", "recorded_versions"]
 
 SUPERSEDED = "superseded"  # checkpoints/superseded/: newer than what the metrics record, set aside
 
@@ -39,38 +41,6 @@ class ResumePoint:
     recorded: int  # versions every broker's metrics record consecutively from 0 (the resume bound)
     set_aside: list[int] = field(default_factory=list)  # newer checkpoint versions moved to superseded/
     gap: str = ""  # a version the metrics will lack, when no checkpoint was old enough
-
-
-def _whole_lines(path: Path) -> tuple[list[tuple[str, int | None]], bool] | None:
-    """Each whole line of a metrics.jsonl with its policy_version (None when unreadable), and whether a
-    partial last line follows (a broker killed mid-write: no record); None without a file."""
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        return None
-    lines = []
-    for line in text.split("\n")[:-1]:  # the part after the last newline is no whole line
-        try:
-            lines.append((line, int(json.loads(line)["policy_version"])))
-        except (ValueError, KeyError, TypeError):
-            lines.append((line, None))
-    return lines, bool(text) and not text.endswith("\n")
-
-
-def recorded_versions(path: Path) -> list[int]:
-    """The policy versions of a metrics.jsonl's whole, readable lines, in file order ([] without a file)."""
-    found = _whole_lines(path)
-    return [version for _, version in found[0] if version is not None] if found else []
-
-
-def consecutive_from_zero(versions: list[int]) -> int:
-    """How many versions 0, 1, 2, ... the list starts with: the first version it does not record."""
-    count = 0
-    for version in versions:
-        if version != count:
-            break
-        count += 1
-    return count
 
 
 def choose_resume_point(checkpoint_dir: Path, metrics_files: list[Path]) -> ResumePoint:
@@ -93,15 +63,3 @@ def choose_resume_point(checkpoint_dir: Path, metrics_files: list[Path]) -> Resu
         for _, path in newer:
             os.replace(path, aside / path.name)
     return ResumePoint(resume, recorded, set_aside=[version for version, _ in newer])
-
-
-def drop_lines_from(path: Path, version: int) -> int:
-    """Rewrite a metrics.jsonl without the lines of policy_version >= `version` (and any unreadable or
-    partial line), whole or not at all. Returns how many lines were dropped."""
-    found = _whole_lines(path)
-    if found is None:
-        return 0
-    lines, partial = found
-    kept = [line for line, v in lines if v is not None and v < version]
-    write_text_atomic(Path(path), "".join(f"{line}\n" for line in kept))
-    return len(lines) - len(kept) + partial
