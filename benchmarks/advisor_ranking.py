@@ -131,11 +131,9 @@ def summarise(advice: list[dict], measurements: list[dict]) -> list[dict]:
         predicted, modes = {}, {}
         for row in a["rows"]:
             label = mode_label(row["settings"])
-            runs = [
-                m["effective_throughput"]
-                for m in measurements
-                if (m["preset"], m["policy"], m["clips"], m["mode"]) == (*key, label)
-            ]
+            same = [m for m in measurements if (m["preset"], m["policy"], m["clips"], m["mode"]) == (*key, label)]
+            runs = [m["effective_throughput"] for m in same]
+            limits = [m["limit"] for m in same if m.get("limit") is not None]
             if not runs:
                 raise ValueError(f"{key}: {label} has no measurement")
             predicted[label] = row["effective_throughput"]
@@ -145,6 +143,8 @@ def summarise(advice: list[dict], measurements: list[dict]) -> list[dict]:
                 "measured": statistics.median(runs),
                 "spread": [min(runs), max(runs)],
                 "repeats": len(runs),
+                # What the measured costs allow the pattern measured (jobs/bench/limits.py), beside it.
+                "limit": statistics.median(limits) if limits else None,
             }
         verdicts = compare(predicted, {label: m["measured"] for label, m in modes.items()})
         for label, m in modes.items():
@@ -201,11 +201,12 @@ def report(result: dict) -> str:
         )
     lines += [
         "",
-        "Per mode (the variant is the advisor's row: its best of prefetch and locality):",
+        "Per mode (the variant is the advisor's row: its best of prefetch and locality; limit: what the measured "
+        "costs allow the pattern measured, jobs/bench/limits.py, median over repeats):",
         "",
-        "| preset | policy | clips | mode | variant | predicted | measured | measured / predicted | rank predicted | "
-        "rank measured |",
-        "|---|---|---:|---|---|---:|---:|---:|---:|---:|",
+        "| preset | policy | clips | mode | variant | predicted | measured | limit | measured / predicted | "
+        "rank predicted | rank measured |",
+        "|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for s in result["summary"]:
         for label in s["predicted_order"]:
@@ -213,7 +214,7 @@ def report(result: dict) -> str:
             lines.append(
                 f"| {s['preset']} | {s['policy']} | {s['clips']} | {label} | {m['variant']} | "
                 f"{_number(m['predicted'])} | {m['measured']:.0f} [{m['spread'][0]:.0f}-{m['spread'][1]:.0f}] | "
-                f"{_number(m['ratio'], '.2f')} | "
+                f"{_number(m.get('limit'))} | {_number(m['ratio'], '.2f')} | "
                 f"{m['predicted_rank']} | {m['measured_rank']} |"
             )
     counts = targets(result["summary"])
