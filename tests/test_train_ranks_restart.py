@@ -13,8 +13,9 @@ import pytest
 import yaml
 from test_train import assert_all_gone, fast_train, finish, recorded_pids
 
+from broker.metrics_file import drop_lines_from, recorded_versions
 from jobs.train.monitor import MetricsTail
-from jobs.train.restart import SUPERSEDED, choose_resume_point, drop_lines_from, recorded_versions
+from jobs.train.restart import SUPERSEDED, choose_resume_point
 
 
 def _metrics(path: Path, versions: list[int], partial: bool = False) -> Path:

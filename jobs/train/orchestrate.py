@@ -322,7 +322,8 @@ class TrainingRun:
         gateway, which is given their addresses), then start them all again. The learners resume from the
         newest checkpoint that every broker's metrics reach (jobs/train/restart.py), lines past it are
         dropped, and the brokers count their iterations on from that version; the simulators keep running."""
-        from jobs.train.restart import choose_resume_point, drop_lines_from  # only on a restart
+        from broker.metrics_file import drop_lines_from  # only on a restart
+        from jobs.train.restart import choose_resume_point
 
         cfg = self.cfg
         began = time.monotonic()

@@ -24,11 +24,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# The lines' rule is the broker's too (a broker restarted alone by its platform): one module for both.
-from broker.metrics_file import consecutive_from_zero, drop_lines_from, recorded_versions
+# The lines' rule is the broker's too (a broker restarted alone by its platform): broker/metrics_file.py.
+from broker.metrics_file import consecutive_from_zero, recorded_versions
 from learner.checkpoint_files import list_checkpoints  # by name: no torch in fast train
-
-__all__ = ["SUPERSEDED", "ResumePoint", "choose_resume_point", "drop_lines_from", "recorded_versions"]
 
 SUPERSEDED = "superseded"  # checkpoints/superseded/: newer than what the metrics record, set aside
 
