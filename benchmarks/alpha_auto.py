@@ -37,10 +37,8 @@ import numpy as np
 
 from benchmarks.options import PRESETS, checkpoint, count, names, seed
 from broker.advisor.auto_alpha import AutoAlpha
-from broker.dealer import ClipDealer
-from broker.samplers import make_sampler
 from jobs.bench.config import SamplingBenchConfig
-from jobs.bench.harness import fixed_policies, runner_for, simulator_pool, spread_slots, with_limit
+from jobs.bench.harness import fixed_policies, fresh_sampler, runner_for, simulator_pool, spread_slots, timed_iteration
 
 ALPHAS = (0.1, 0.3, 0.5, 0.7, 0.9, 1.0)  # the fixed grid: 6 values over the chooser's default bounds
 AUTO = "auto"
@@ -55,16 +53,14 @@ async def measure_row(
     cfg: SamplingBenchConfig, pool, runner, alpha: float | str, clips: int, seed: int, iterations: int
 ) -> dict:
     """One row (module docstring): its measured iterations' figures, and auto's choices."""
-    slots = spread_slots(pool, clips)
-    servers = len(np.unique(pool.slot_server[slots]))
-    dealer = ClipDealer(pool.num_clips, holdout_every=cfg.holdout_every, seed=seed)
+    servers = len({int(s) for s in pool.slot_server[spread_slots(pool, clips)]})
     chooser = None
     if alpha == AUTO:
         chooser = AutoAlpha(0.1, 1.0, servers, math.ceil(clips / servers), cfg.t_max, cfg.samples, "carry")
     first = chooser.choose().alpha if chooser else alpha
     warmup = max(cfg.warmup_samples, cfg.warmup_steps * clips)
-    sampler = make_sampler(
-        "fast", pool, runner, dealer, samples_per_iteration=warmup, alpha=first, t_max=cfg.t_max, slots=slots
+    sampler, _, slots = fresh_sampler(
+        replace(cfg, alpha=first), pool, runner, "fast", clips, seed, samples_per_iteration=warmup
     )
     _, stats = await sampler.sample()
     measured, choices = [], []
@@ -78,9 +74,7 @@ async def measure_row(
                 {"alpha": choice.alpha, "source": choice.source, "predicted": dict(zip(choice.grid, choice.predicted))}
             )
         sampler.apply_settings(samples_per_iteration=cfg.samples, alpha=current, t_max=cfg.t_max)
-        before = replace(pool.counters)
-        _, stats = await sampler.sample()
-        summary = with_limit(stats.summary(), pool, slots, pool.counters.since(before))
+        summary, stats = await timed_iteration(sampler, pool, slots)
         measured.append(
             {
                 "alpha": current,

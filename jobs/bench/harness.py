@@ -16,9 +16,10 @@ from dataclasses import replace
 import numpy as np
 
 from broker.dealer import ClipDealer, pool_locality
+from broker.metrics import IterationStats
 from broker.policy_runner import PolicyRunner
 from broker.pool import PoolCounters, SimulatorPool
-from broker.samplers import make_sampler
+from broker.samplers import Sampler, make_sampler
 from jobs.bench.config import SamplingBenchConfig
 from jobs.bench.limits import Pattern, costs_from_describe, pattern_limit
 from jobs.external import ExternalSimulators
@@ -86,6 +87,44 @@ async def measure_mode(
     truncation: str = "carry",
 ) -> dict:
     """A fresh sampler of `mode` on `clips` slots: one warm-up iteration, then the measured one's summary."""
+    sampler, dealer, slots = fresh_sampler(
+        cfg,
+        pool,
+        runner,
+        mode,
+        clips,
+        seed,
+        samples_per_iteration=max(warmup_samples, 1),
+        locality=locality,
+        prefetch=prefetch,
+        ver_step_batching=ver_step_batching,
+        truncation=truncation,
+    )
+    await sampler.sample()
+    sampler.samples_per_iteration = samples
+    dealer.clips_dealt.clear()
+    summary, _ = await timed_iteration(sampler, pool, slots)
+    if pool.clip_map_ids.size == pool.num_clips:  # maps known: how many the iteration dealt
+        summary["distinct_maps"] = len({int(pool.clip_map_ids[c]) for c in dealer.clips_dealt})
+    return summary
+
+
+def fresh_sampler(
+    cfg: SamplingBenchConfig,
+    pool: SimulatorPool,
+    runner: PolicyRunner,
+    mode: str,
+    clips: int,
+    seed: int,
+    *,
+    samples_per_iteration: int,
+    locality: bool = False,
+    prefetch: bool = False,
+    ver_step_batching: bool = True,
+    truncation: str = "carry",
+) -> tuple[Sampler, ClipDealer, np.ndarray]:
+    """A sampler of `mode` (cfg's alpha and t_max) on `clips` slots spread over the servers, with a dealer
+    of its own: (sampler, dealer, the global slot ids)."""
     slots = spread_slots(pool, clips)
     where = pool_locality(pool, cfg.locality_max_repeat) if locality else None
     if locality and where is None:
@@ -96,7 +135,7 @@ async def measure_mode(
         pool,
         runner,
         dealer,
-        samples_per_iteration=max(warmup_samples, 1),
+        samples_per_iteration=samples_per_iteration,
         alpha=cfg.alpha,
         t_max=cfg.t_max,
         truncation=truncation,
@@ -104,15 +143,15 @@ async def measure_mode(
         prefetch=prefetch,
         ver_step_batching=ver_step_batching,
     )
-    await sampler.sample()
-    sampler.samples_per_iteration = samples
+    return sampler, dealer, slots
+
+
+async def timed_iteration(sampler: Sampler, pool: SimulatorPool, slots: np.ndarray) -> tuple[dict, IterationStats]:
+    """One iteration of `sampler`: its summary with what the servers' answers and the costs tell of it
+    (`with_limit`), and its stats."""
     before = replace(pool.counters)  # a copy to diff against
-    dealer.clips_dealt.clear()
     _, stats = await sampler.sample()
-    summary = with_limit(stats.summary(), pool, slots, pool.counters.since(before))
-    if pool.clip_map_ids.size == pool.num_clips:  # maps known: how many the iteration dealt
-        summary["distinct_maps"] = len({int(pool.clip_map_ids[c]) for c in dealer.clips_dealt})
-    return summary
+    return with_limit(stats.summary(), pool, slots, pool.counters.since(before)), stats
 
 
 def with_limit(summary: dict, pool: SimulatorPool, slots: np.ndarray, calls: PoolCounters) -> dict:
