@@ -18,8 +18,9 @@ The rendezvous is torch's TCPStore. Rank 0 serves it on a socket of its own boun
 default, keeps a one-machine group on loopback, and so do gloo's rank-to-rank connections, which
 are pinned to the loopback interface then (`GLOO_SOCKET_IFNAME`, unless set). Under torchrun
 (`TORCHELASTIC_USE_AGENT_STORE=True`) the agent serves the store and rank 0 connects to it like the
-others. Every rank joins over gloo; when every rank's learner is on CUDA, the updates' reductions
-go over an NCCL group of the same ranks (learner.distributed.Ranks), otherwise over gloo.
+others. Every rank joins over gloo; when every rank's learner is on a GPU of its own, the updates'
+reductions go over an NCCL group of the same ranks (learner.distributed.Ranks), otherwise (a rank on
+the CPU, or ranks sharing one GPU, which NCCL refuses) over gloo through host memory.
 
 **A rank restarted alone** (Compose's or Kubernetes' restart policy; torchrun restarts every rank
 together and is left to itself): rank 0's store outlives a rank r != 0 that died, so the restarted
@@ -204,12 +205,40 @@ def join_group(
         world_size=settings.world_size,
         timeout=timedelta(seconds=timeout_s),
     )
-    on_cuda = torch.tensor([int(device.type == "cuda")])
-    dist.all_reduce(on_cuda, op=dist.ReduceOp.MIN)
-    if bool(on_cuda):
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())  # set_device needs the index
+    gpus: list[str | None] = [None] * settings.world_size
+    dist.all_gather_object(gpus, _gpu_identity(device))
+    why_not = why_not_nccl(gpus)
+    if not why_not:
         torch.cuda.set_device(device)
         return Ranks(dist.new_group(backend="nccl", timeout=timedelta(seconds=timeout_s))), store
+    if settings.rank == 0 and any(gpus):
+        log.warning("the ranks reduce over gloo through host memory, not NCCL: %s", why_not)
     return Ranks(), store
+
+
+def _gpu_identity(device: torch.device) -> str | None:
+    """What tells this rank's GPU apart from every other GPU of the group, or None on the CPU: its
+    UUID (two containers on one machine see the same GPU under different host names)."""
+    if device.type != "cuda":
+        return None
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    return str(uuid) if uuid is not None else f"{socket.gethostname()}/cuda:{device.index}"
+
+
+def why_not_nccl(gpus: list[str | None]) -> str:
+    """Why the ranks whose GPUs are `gpus` (None: a rank on the CPU) cannot reduce over NCCL, or ""
+    when they can: NCCL needs every rank on a GPU of its own ("Duplicate GPU detected" otherwise),
+    as two ranks started on a one-GPU machine, or a mixed CPU/GPU group, are not."""
+    on_cpu = [rank for rank, gpu in enumerate(gpus) if gpu is None]
+    if on_cpu:
+        return f"rank(s) {on_cpu} of {len(gpus)} compute on the CPU"
+    shared = sorted({gpu for gpu in gpus if gpus.count(gpu) > 1})
+    if shared:
+        ranks = [[rank for rank, gpu in enumerate(gpus) if gpu == one] for one in shared]
+        return f"ranks {ranks} share a GPU (NCCL needs one GPU per rank: give each rank its own device)"
+    return ""
 
 
 def take_seat(store: dist.Store, settings: GroupSettings) -> bool:

@@ -27,7 +27,7 @@ from learner.batch import RolloutBatch
 from learner.client import LearnerClient
 from learner.config import LearnerConfig
 from learner.distributed import state_digest
-from learner.group import REJOINED, GroupSettings, group_broken, group_settings, take_seat
+from learner.group import REJOINED, GroupSettings, group_broken, group_settings, take_seat, why_not_nccl
 from learner.policy import ActionSpec, ActorCritic, import_weights
 from learner.ppo import PPOLearner
 
@@ -108,6 +108,8 @@ def test_two_learner_ranks_update_together_resume_and_fail_together_when_a_rank_
     with two_ranks(checkpoint_dir) as ranks:
         assert [_listening_line(r).endswith(f" rank={i}/2") for i, r in enumerate(ranks)] == [True] * 2
         replies = asyncio.run(first_run([rank.address for rank in ranks]))
+        if torch.cuda.device_count() == 1:  # both ranks on the one GPU: NCCL would refuse them
+            assert any("share a GPU" in line for line in ranks[0].output), ranks[0].output[-5:]
     assert [reply.policy_version for reply in replies] == [1, 1]
     digests = [_digest(reply.policy.weights) for reply in replies]
     assert digests[0] == digests[1]
@@ -223,6 +225,18 @@ def _seat_settings(rank: int, agent_store: bool = False) -> GroupSettings:
     return GroupSettings(
         world_size=2, rank=rank, master_addr="127.0.0.1", master_port=1, local_rank=None, agent_store=agent_store
     )
+
+
+def test_nccl_only_when_every_rank_has_a_gpu_of_its_own() -> None:
+    """NCCL refuses two ranks on one GPU ("Duplicate GPU detected"): two ranks started on a one-GPU
+    machine, as this module's tests do on a CUDA machine, reduce over gloo instead."""
+    assert why_not_nccl(["GPU-a", "GPU-b"]) == ""
+    assert why_not_nccl(["GPU-a", "GPU-a"]) == (
+        "ranks [[0, 1]] share a GPU (NCCL needs one GPU per rank: give each rank its own device)"
+    )
+    assert "ranks [[0, 2]] share a GPU" in why_not_nccl(["GPU-a", "GPU-b", "GPU-a"])
+    assert why_not_nccl([None, "GPU-a"]) == "rank(s) [0] of 2 compute on the CPU"
+    assert why_not_nccl([None, None]) == "rank(s) [0, 1] of 2 compute on the CPU"
 
 
 def test_a_seat_taken_before_means_an_earlier_groups_store() -> None:

@@ -140,7 +140,8 @@ def stub(learner: ServiceProcess) -> Iterator[pb_grpc.LearnerStub]:
 def test_calls_before_initialize_failed_precondition(tmp_path: Path) -> None:
     with learner_process(tmp_path) as service, learner_stub(service.address) as stub:
         status = stub.GetStatus(pb.GetStatusRequest(), timeout=10)
-        assert not status.initialized and status.policy_version == 0 and status.device == "cpu"
+        device = "cuda:0" if torch.cuda.is_available() else "cpu"  # the best device present, by default
+        assert not status.initialized and status.policy_version == 0 and status.device == device
         for call, request in (
             (stub.GetPolicy, pb.GetPolicyRequest(known_version=-1)),
             (stub.SubmitBatch, submit_request(make_arrays(), 0)),
