@@ -60,12 +60,23 @@ def _run(
     return auto
 
 
-def _brute_force(workload: Workload, auto: AutoAlpha) -> tuple[float, list[float]]:
-    """Every alpha of the grid played by the model, one by one; the fastest (the first of a tie)."""
+def _brute_force(workload: Workload, auto: AutoAlpha, seeds=(0,)) -> tuple[float, list[float]]:
+    """Every alpha of the grid played by the model, one by one, on each of `seeds`; the fastest in
+    the mean over the seeds (the first of a tie)."""
     speeds = [
-        predict(
-            workload, ModeSettings("fast", alpha=a, t_max=auto.t_max, truncation=auto.truncation), auto.horizon()
-        ).effective_throughput
+        float(
+            np.mean(
+                [
+                    predict(
+                        workload,
+                        ModeSettings("fast", alpha=a, t_max=auto.t_max, truncation=auto.truncation),
+                        auto.horizon(),
+                        seed=seed,
+                    ).effective_throughput
+                    for seed in seeds
+                ]
+            )
+        )
         for a in auto.grid
     ]
     return auto.grid[int(np.argmax(speeds))], speeds
@@ -111,8 +122,8 @@ def test_the_choice_is_the_brute_force_optimum(lo: int, hi: int, reset_s: float)
     auto = _run(lengths, reset_s=reset_s)
     choice = auto.choose()
     measured = auto.workload(auto.measured_costs(), EpisodeLengths.from_sample(lengths))
-    best, speeds = _brute_force(measured, auto)
-    assert choice.source == "model" and choice.alpha == best
+    best, speeds = _brute_force(measured, auto, seeds=range(auto.seeds_per_decision))
+    assert choice.source == "model" and choice.alpha == best and not choice.held
     np.testing.assert_allclose(choice.predicted, speeds)
     true = Workload(
         _uniform(lo, hi),
@@ -122,6 +133,58 @@ def test_the_choice_is_the_brute_force_optimum(lo: int, hi: int, reset_s: float)
     )
     _, true_speeds = _brute_force(true, auto)
     assert true_speeds[auto.grid.index(choice.alpha)] >= 0.95 * max(true_speeds)
+
+
+def test_later_choices_average_the_decisions_curves_on_fresh_seeds_and_hold_within_the_margin() -> None:
+    """Each decision plays fresh seeds; the curve it goes by is the mean of the last decisions'; the
+    alpha in force stays unless another is predicted faster by more than the margin (brute force
+    on the same seeds decides what each should be)."""
+    lengths = np.random.default_rng(1).integers(20, 101, 400)
+    auto = _run(lengths, reset_s=0.05)
+    workload = auto.workload(auto.measured_costs(), EpisodeLengths.from_sample(lengths))
+    k = auto.seeds_per_decision
+    first = auto.choose()
+    second = auto.choose()  # the same window: a second decision on seeds k .. 2k-1
+    _, both = _brute_force(workload, auto, seeds=range(2 * k))  # the mean of two equal-sized curves
+    np.testing.assert_allclose(second.predicted, both)
+    best = int(np.argmax(both))
+    in_force = auto.grid.index(first.alpha)
+    if both[best] > both[in_force] * (1 + auto.margin):
+        assert (second.alpha, second.held) == (auto.grid[best], False)
+    else:
+        assert second.alpha == first.alpha and second.held == (best != in_force)
+    # Past smooth_decisions, the oldest curve leaves the mean.
+    for _ in range(auto.smooth_decisions - 1):
+        last = auto.choose()
+    _, window = _brute_force(workload, auto, seeds=range(k, (auto.smooth_decisions + 1) * k))
+    np.testing.assert_allclose(last.predicted, window)
+    # A server lost (or t_max or the batch changed): the curves played on the old shape are dropped.
+    auto.servers, auto.slots_per_server = 2, SLOTS // 2
+    seeds = auto.seeds()
+    _, fresh = _brute_force(auto.workload(auto.measured_costs(), EpisodeLengths.from_sample(lengths)), auto, seeds)
+    np.testing.assert_allclose(auto.choose().predicted, fresh)
+
+
+def test_the_alpha_in_force_is_held_unless_another_beats_it_by_the_margin() -> None:
+    lengths = np.random.default_rng(1).integers(20, 101, 400)
+    wide = _run(lengths, reset_s=0.05)
+    wide.margin = 10.0  # nothing beats the first choice by 1,000%
+    first = wide.choose()
+    assert all(wide.choose().alpha == first.alpha for _ in range(3))
+    eager = _run(lengths, reset_s=0.05)
+    eager.margin = 0.0
+    for _ in range(3):
+        choice = eager.choose()
+        assert choice.alpha == eager.grid[int(np.argmax(choice.predicted))] and not choice.held
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [({"seeds_per_decision": 0}, "seeds_per_decision=0"), ({"margin": -0.1}, "margin=-0.1")],
+)
+def test_bad_smoothing_settings_are_refused(setting: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        AutoAlpha(0.1, 1.0, servers=1, slots_per_server=4, t_max=100, samples_per_iteration=256, **setting)
 
 
 def test_costlier_resets_raise_alpha_and_longer_episodes_lower_it() -> None:

@@ -7,8 +7,9 @@
                 mode in simulated time, and `predict` / `rank` / `best_alpha`
     probe.py    those costs and the episode lengths measured through a SlotPool (`probe_server`,
                 `probe_lengths`)
-    auto_alpha.py  `--alpha auto`: the run's own costs and censored lengths over a window, and the
-                alpha `best_alpha` picks from them inside the user's bounds
+    auto_alpha.py  `--alpha auto`: the run's own costs and censored lengths over a window, the
+                model's curve over the alphas inside the user's bounds (averaged over seeds and
+                decisions), and the alpha in force kept unless another beats it by a margin
     auto_mode.py   `--mode auto`: the run's measured throughput per mode, probes of the other
                 candidates, and the switch past a margin
 

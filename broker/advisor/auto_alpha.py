@@ -17,10 +17,15 @@ What it reads, over a sliding window (the last `cost_iterations` iterations, the
 
 The costs go into the model as effective ones (a call costs what the run measured it to cost,
 prepared loads and map-cache hits included), so the model runs without prefetch or a catalog. The
-rule: `best_alpha` over the grid of ALPHA_GRID's values inside [alpha_min, alpha_max] plus both
-ends, on a fixed seed (a paired comparison), over a capped horizon (`Horizon`: a warm-up iteration
-of at most WARMUP_SAMPLES valid transitions, then one measured of at most `max_samples`). Before anything is measured it
-answers `prior` (0.5, held inside the bounds).
+rule: the model's effective throughput for each alpha of the grid (ALPHA_GRID's values inside
+[alpha_min, alpha_max] plus both ends), over a capped horizon (`Horizon`: a warm-up iteration of at
+most WARMUP_SAMPLES valid transitions, then one measured of at most `max_samples`), every alpha on
+the same seeds (a paired comparison). One such curve is noisy: one seed's episodes spread its points
+by about 7% (CV), more than the neighbouring alphas differ, and a choice made on one jumps between
+them. So each decision plays `seeds_per_decision` fresh seeds, the curve it goes by is the mean of
+the last `smooth_decisions` decisions' curves (the policy moves slowly against that), and the alpha
+in force is kept unless another's smoothed prediction beats it by more than `margin`. Before anything
+is measured it answers `prior` (0.5, held inside the bounds).
 
 Pure: no sockets, no asyncio; the broker (broker/run.py) feeds it each iteration's figures and
 applies its answer at the next boundary.
@@ -36,14 +41,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from broker.advisor.lengths import EpisodeLengths
-from broker.advisor.model import ALPHA_GRID, Horizon, SimulatorCosts, Workload, best_alpha
+from broker.advisor.model import ALPHA_GRID, Horizon, ModeSettings, SimulatorCosts, Workload, predict
 
 PRIOR_ALPHA = 0.5  # before the run has measured anything (DPSA's default)
 WINDOW_EPISODES = 512  # episodes the length estimate reads: recent enough to follow a learning policy
 COST_ITERATIONS = 4  # iterations the costs are averaged over
 MAX_SAMPLES = 1024  # valid transitions of the model's measured iteration (at most): its cost per decision
 WARMUP_SAMPLES = 512  # ... and of its warm-up iteration, which brings carried episodes to a steady state
-SEED = 0
+SEEDS_PER_DECISION = 2  # model runs per alpha and decision (about 0.3 s each for the whole grid here)
+SMOOTH_DECISIONS = 4  # decisions whose curves are averaged
+MARGIN = 0.03  # another alpha must be predicted this much faster than the one in force to replace it
 
 
 def alpha_grid(alpha_min: float, alpha_max: float) -> tuple[float, ...]:
@@ -104,7 +111,8 @@ class AlphaChoice:
     alpha: float
     source: str  # "prior" | "bounds" | "model"
     grid: tuple[float, ...]
-    predicted: tuple[float, ...] = ()  # effective throughput per alpha of the grid (model only)
+    predicted: tuple[float, ...] = ()  # smoothed effective throughput per alpha of the grid (model only)
+    held: bool = False  # the alpha in force kept, though another was predicted faster by less than the margin
     costs: MeasuredCosts | None = None
     episodes: int = 0  # in the window, censored included
     censored: int = 0
@@ -118,6 +126,7 @@ class AlphaChoice:
             "source": self.source,
             "grid": list(self.grid),
             "predicted_throughput": list(self.predicted),
+            "held": self.held,
             "episodes": self.episodes,
             "censored": self.censored,
             "length_mean": None if math.isnan(self.length_mean) else self.length_mean,
@@ -147,16 +156,29 @@ class AutoAlpha:
     window_episodes: int = WINDOW_EPISODES
     cost_iterations: int = COST_ITERATIONS
     max_samples: int = MAX_SAMPLES
+    seeds_per_decision: int = SEEDS_PER_DECISION
+    smooth_decisions: int = SMOOTH_DECISIONS
+    margin: float = MARGIN
     _costs: deque = field(init=False, repr=False)
     _episodes: deque = field(init=False, repr=False)  # (length, censored)
     _running: list[int] = field(init=False, repr=False, default_factory=list)
+    _curves: deque = field(init=False, repr=False)  # the last decisions' predicted curves
+    _decisions: int = field(init=False, repr=False, default=0)  # model decisions made: the next seeds
+    _in_force: float | None = field(init=False, repr=False, default=None)
+    _shape: tuple | None = field(init=False, repr=False, default=None)  # what the curves were played on
 
     def __post_init__(self) -> None:
         self.grid = alpha_grid(self.alpha_min, self.alpha_max)
         if self.servers < 1 or self.slots_per_server < 1:
             raise ValueError(f"servers={self.servers}, slots_per_server={self.slots_per_server}: give >= 1 of each")
+        if self.seeds_per_decision < 1 or self.smooth_decisions < 1 or self.margin < 0:
+            raise ValueError(
+                f"seeds_per_decision={self.seeds_per_decision}, smooth_decisions={self.smooth_decisions}, "
+                f"margin={self.margin}: give >= 1, >= 1 and >= 0"
+            )
         self._costs = deque(maxlen=self.cost_iterations)
         self._episodes = deque(maxlen=self.window_episodes)
+        self._curves = deque(maxlen=self.smooth_decisions)
 
     def observe(self, costs: IterationCosts, ended: list[tuple[int, bool]], running: list[int]) -> None:
         """One iteration: its costs, the episodes that ended in it ((length, censored) each: cut or
@@ -214,8 +236,32 @@ class AutoAlpha:
         samples = min(self.samples_per_iteration, self.max_samples)
         return Horizon(samples, iterations=1, warmup_iterations=1, warmup_samples=min(samples, WARMUP_SAMPLES))
 
+    def seeds(self) -> range:
+        """The model's seeds for the next decision: fresh ones each decision (their noise averages out)."""
+        first = self._decisions * self.seeds_per_decision
+        return range(first, first + self.seeds_per_decision)
+
+    def curve(self, workload: Workload, seeds: range) -> np.ndarray:
+        """The model's effective throughput for each alpha of the grid, the mean over `seeds`."""
+        return np.array(
+            [
+                np.mean(
+                    [
+                        predict(
+                            workload,
+                            ModeSettings("fast", alpha=a, t_max=self.t_max, truncation=self.truncation),
+                            self.horizon(),
+                            seed=seed,
+                        ).effective_throughput
+                        for seed in seeds
+                    ]
+                )
+                for a in self.grid
+            ]
+        )
+
     def choose(self) -> AlphaChoice:
-        """The alpha for the next iteration (module docstring)."""
+        """The alpha for the next iteration (module docstring); the caller puts it in force."""
         started = time.perf_counter()
         if len(self.grid) == 1:
             return AlphaChoice(self.grid[0], "bounds", self.grid)
@@ -223,19 +269,26 @@ class AutoAlpha:
         lengths, episodes, censored = self.lengths()
         if costs is None or lengths is None:
             return AlphaChoice(min(max(PRIOR_ALPHA, self.alpha_min), self.alpha_max), "prior", self.grid)
-        alpha, predictions = best_alpha(
-            self.workload(costs, lengths),
-            alphas=self.grid,
-            t_max=self.t_max,
-            truncation=self.truncation,
-            horizon=self.horizon(),
-            seed=SEED,
-        )
+        shape = (self.servers, self.slots_per_server, self.t_max, self.horizon())
+        if shape != self._shape:  # a server left, or the user changed t_max or the batch: older curves are moot
+            self._curves.clear()
+            self._shape = shape
+        self._curves.append(self.curve(self.workload(costs, lengths), self.seeds()))
+        self._decisions += 1
+        smoothed = np.mean(self._curves, axis=0)
+        best = int(np.argmax(smoothed))  # the first of a tie
+        held = False
+        if self._in_force in self.grid and best != self.grid.index(self._in_force):
+            kept = self.grid.index(self._in_force)
+            held = smoothed[best] <= smoothed[kept] * (1.0 + self.margin)
+            best = kept if held else best
+        self._in_force = self.grid[best]
         return AlphaChoice(
-            alpha,
+            self.grid[best],
             "model",
             self.grid,
-            predicted=tuple(p.effective_throughput for p in predictions),
+            predicted=tuple(float(v) for v in smoothed),
+            held=held,
             costs=costs,
             episodes=episodes,
             censored=censored,
