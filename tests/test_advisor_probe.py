@@ -10,7 +10,7 @@ import pytest
 from scripted_env import ScriptedLengthEnv
 
 from broker.advisor.lengths import EpisodeLengths
-from broker.advisor.probe import probe_lengths, probe_server
+from broker.advisor.probe import LENGTH_STEPS_PER_SLOT, length_probe_slots, probe_lengths, probe_server
 from broker.dealer import ClipDealer
 from broker.in_process import InProcessPool
 from broker.policy_runner import PolicyRunner
@@ -107,3 +107,15 @@ def test_probe_lengths_counts_running_episodes_as_cut() -> None:
     got = asyncio.run(go())
     np.testing.assert_array_equal(got.values, want.values)
     np.testing.assert_allclose(got.probabilities, want.probabilities)
+
+
+def test_the_length_probe_takes_few_enough_slots_that_theirs_run_long() -> None:
+    """LENGTH_STEPS_PER_SLOT steps a slot at least, slots evenly spaced (both servers keep some)."""
+    thirty = np.arange(30)  # spread_slots' order: server 0's 0-14, server 1's 15-29
+    assert length_probe_slots(thirty, 2000).tolist() == [0, 10, 19, 29]
+    assert length_probe_slots(thirty, 100).tolist() == [0]
+    assert length_probe_slots(thirty, 10**6).tolist() == list(range(30))
+    assert length_probe_slots(np.array([7]), 2000).tolist() == [7]
+    for samples in (500, 1999, 4000, 7000):
+        chosen = length_probe_slots(thirty, samples)
+        assert chosen.size == max(1, samples // LENGTH_STEPS_PER_SLOT) and np.unique(chosen).size == chosen.size

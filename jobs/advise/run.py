@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from broker.advisor.model import Catalog, Horizon, Prediction, Workload, best_alpha, rank, standard_modes
-from broker.advisor.probe import ProbeError, ServerProbe, probe_lengths, probe_server
+from broker.advisor.probe import ProbeError, ServerProbe, length_probe_slots, probe_lengths, probe_server
 from broker.dealer import HOLDOUT_EVERY, ClipDealer
 from jobs.advise.config import DEFAULT_CLIPS, AdviseConfig
 from jobs.bench.config import EXTERNAL, MODES, SamplingBenchConfig
@@ -194,10 +194,14 @@ async def advise_on(
     probe_s = time.perf_counter() - t0  # the servers, the forward pass and the rows
 
     t0 = time.perf_counter()
-    log(f"probing episode lengths under the {policy} policy ({cfg.length_samples} valid transitions) ...")
+    probed = length_probe_slots(slots, cfg.length_samples)
+    log(
+        f"probing episode lengths under the {policy} policy ({cfg.length_samples} valid transitions "
+        f"over {probed.size} slot(s)) ..."
+    )
     dealer = ClipDealer(pool.num_clips, holdout_every=HOLDOUT_EVERY, seed=cfg.seed)
     runner = runner_for(pool, hidden, weights, cfg.seed)
-    lengths = await probe_lengths(pool, runner, dealer, samples=cfg.length_samples, slots=slots)
+    lengths = await probe_lengths(pool, runner, dealer, samples=cfg.length_samples, slots=probed)
     lengths_s = time.perf_counter() - t0
 
     costs = []
