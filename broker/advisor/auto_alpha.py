@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from broker.advisor.lengths import EpisodeLengths
-from broker.advisor.model import ALPHA_GRID, Horizon, ModeSettings, SimulatorCosts, Workload, predict
+from broker.advisor.model import ALPHA_GRID, Horizon, SimulatorCosts, Workload, best_alpha
 
 PRIOR_ALPHA = 0.5  # before the run has measured anything (DPSA's default)
 WINDOW_EPISODES = 512  # episodes the length estimate reads: recent enough to follow a learning policy
@@ -242,22 +242,24 @@ class AutoAlpha:
         return range(first, first + self.seeds_per_decision)
 
     def curve(self, workload: Workload, seeds: range) -> np.ndarray:
-        """The model's effective throughput for each alpha of the grid, the mean over `seeds`."""
-        return np.array(
+        """The model's effective throughput for each alpha of the grid (`best_alpha`'s predictions), the
+        mean over `seeds`."""
+        return np.mean(
             [
-                np.mean(
-                    [
-                        predict(
-                            workload,
-                            ModeSettings("fast", alpha=a, t_max=self.t_max, truncation=self.truncation),
-                            self.horizon(),
-                            seed=seed,
-                        ).effective_throughput
-                        for seed in seeds
-                    ]
-                )
-                for a in self.grid
-            ]
+                [
+                    p.effective_throughput
+                    for p in best_alpha(
+                        workload,
+                        alphas=self.grid,
+                        t_max=self.t_max,
+                        truncation=self.truncation,
+                        horizon=self.horizon(),
+                        seed=seed,
+                    )[1]
+                ]
+                for seed in seeds
+            ],
+            axis=0,
         )
 
     def choose(self) -> AlphaChoice:
