@@ -13,8 +13,12 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 status=0
 
-python3 -c 'import torch; assert torch.cuda.is_available(), "no CUDA device"; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))' \
-    2>&1 | tee "$out/device.txt" || exit 1
+if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)' 2>/dev/null; then
+    echo "scripts/cuda_check.sh: python3 here has no torch that sees a CUDA device; run it on a GPU machine with a python3 that has torch" >&2
+    exit 2
+fi
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))' \
+    2>&1 | tee "$out/device.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee -a "$out/device.txt"
 
 echo "== learner tests on CUDA"
