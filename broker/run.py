@@ -40,6 +40,7 @@ from broker.advisor.auto_alpha import PRIOR_ALPHA, AlphaChoice, AutoAlpha
 from broker.advisor.auto_mode import AutoMode, ModeChoice
 from broker.config import BrokerConfig
 from broker.dealer import ClipDealer, pool_locality
+from broker.group_control import GroupControl, Requests
 from broker.histogram import EPISODE_LENGTH_BOUNDS, EPISODE_RETURN_BOUNDS, CumulativeHistogram
 from broker.history import MetricsHistory
 from broker.metrics import IterationStats
@@ -146,9 +147,8 @@ class BrokerRun:
         )
         self._pending_addresses: list[str] = []
         self._detached: set[str] = set()  # addresses DNS discovery must not bring back (until registered)
-        self._pause = asyncio.Event()
-        self._pause.set()  # set = running
-        self._stop = False
+        # Pause and stop: at this broker's next boundary, or (learner ranks) one all brokers agree on.
+        self.control = GroupControl()
         self._sampler: Sampler | None = None
         self._dealer: ClipDealer | None = None
         self._metrics_file = Path(config.run_dir) / METRICS_FILE if config.run_dir else None
@@ -156,15 +156,17 @@ class BrokerRun:
     # -- control -------------------------------------------------------------------------
     def pause(self) -> None:
         """Finish the iteration in flight, then wait; the state reads PAUSING until that iteration is
-        done, then PAUSED: a caller that sees PAUSED knows nothing more is sampled."""
-        self._pause.clear()
+        done, then PAUSED: a caller that sees PAUSED knows nothing more is sampled. With learner ranks,
+        every broker pauses after the same iteration (broker/group_control.py)."""
+        self.control.pause()
 
     def resume(self) -> None:
-        self._pause.set()
+        self.control.resume()
 
     def stop(self) -> None:
-        self._stop = True
-        self._pause.set()
+        """Finish the iteration in flight, then end. With learner ranks, every broker ends after the same
+        iteration (broker/group_control.py): one asked at a boundary, or while paused, samples one more."""
+        self.control.stop()
 
     def fail(self, reason: str) -> None:
         """The run is over, unfinished: it hit an error, or its task was cancelled mid-iteration."""
@@ -234,8 +236,10 @@ class BrokerRun:
 
     @property
     def state(self) -> RunState:
-        if self._state is RunState.RUNNING and not self._pause.is_set():
+        if self._state is RunState.RUNNING and not self.control.running.is_set():
             return RunState.PAUSING if self._in_iteration else RunState.PAUSED
+        if self._state is RunState.RUNNING and self.control.pause_pending:
+            return RunState.PAUSING
         return self._state
 
     @property
@@ -252,9 +256,9 @@ class BrokerRun:
             await self._connect()
             self._state = RunState.RUNNING
             total = self.config.iterations
-            while not self._stop and (total == 0 or self.iteration < total):
-                await self._pause.wait()
-                if self._stop:
+            while not self.control.stopped and (total == 0 or self.iteration < total):
+                await self.control.running.wait()
+                if self.control.stopped:
                     break
                 await self._between_iterations()
                 try:
@@ -279,6 +283,7 @@ class BrokerRun:
         await self._retry_until(
             deadline, lambda: self.learner.initialize(obs_space, act_space), f"learner {self.config.learner}"
         )
+        self.control.world_size = self.learner.world_size
         policy = await self.learner.get_policy()
         self.runner = PolicyRunner(obs_space, act_space, policy.hidden_sizes, seed=self.config.seed)
         self.runner.load(policy.version, policy.weights)
@@ -457,12 +462,14 @@ class BrokerRun:
         self._modes.observe(self._sampler_mode, stats.valid, stats.wall_s, first_after_switch=self._fresh)
         self._fresh = False
         deciding = self._decide_next_alpha(stats)
+        requests = self.control.requests()
         try:
-            reply = await self._submit(batch, version)
+            reply = await self._submit(batch, version, requests)
         finally:
             self._next_choice = await _choice_of(deciding)
         if reply is None:  # stale: the learner moved on; sample again with its policy
             return
+        self.control.agreed(requests, run_pauses=reply.run_pauses, run_stops=reply.run_stops)
         self.runner.load(reply.policy.version, reply.policy.weights)
         self.iteration += 1
         self.valid_total += stats.valid
@@ -509,17 +516,19 @@ class BrokerRun:
             return None
         return asyncio.ensure_future(asyncio.to_thread(self._auto.choose))
 
-    async def _submit(self, batch: dict[str, np.ndarray], version: int):
+    async def _submit(self, batch: dict[str, np.ndarray], version: int, requests: Requests):
         deadline = time.monotonic() + self.config.learner_wait_s
 
         def before_wait(exc: grpc.aio.AioRpcError, delay_s: float) -> None:
-            if self._stop:
+            if self.control.stop_requested:
                 raise RunFailed("stopped while waiting for the learner; the last batch was not learnt from") from None
             log.warning("learner unavailable (%s); retrying in %.1f s", exc.code().name, delay_s)
 
         try:
             return await retry(
-                lambda: self.learner.submit(batch, version, return_policy=True),
+                lambda: self.learner.submit(
+                    batch, version, return_policy=True, pause_requested=requests.pause, stop_requested=requests.stop
+                ),
                 deadline=deadline,
                 delay_s=0.2,
                 max_delay_s=5.0,
@@ -535,6 +544,7 @@ class BrokerRun:
         # (idempotent), fetch its policy, and drop the batch if the version moved.
         spaces = self.pool.observation_space, self.pool.action_space
         await self._retry_learner(deadline, lambda: self.learner.initialize(*spaces))
+        self.control.world_size = self.learner.world_size
         policy = await self._retry_learner(deadline, self.learner.get_policy)
         if policy.version == version:
             raise RunFailed(f"learner refused the batch: {refusal}")

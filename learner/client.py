@@ -73,6 +73,8 @@ class SubmitReply:
     # explained_variance, grad_norm, update_time_s, num_valid, num_total, learning_rate, ent_coef
     policy_version: int  # the version after the update
     policy: Policy | None  # the updated policy, when submitted with return_policy=True
+    run_pauses: bool = False  # some rank's caller asked to pause with this batch: every caller pauses now
+    run_stops: bool = False  # some rank's caller asked to stop with this batch: every caller stops now
 
 
 class LearnerClient(RpcClient):
@@ -93,15 +95,19 @@ class LearnerClient(RpcClient):
         self.timeout_s = timeout_s
         self.update_timeout_s = update_timeout_s
         self._stub = self.stub(pb_grpc.LearnerStub)
+        # Learner ranks in the learner's group, as its Initialize answered (1 until then, and from a
+        # learner older than the field): a broker of a group stops only when an update says run_stops.
+        self.world_size = 1
 
     async def initialize(self, observation_space: SpaceSpec, action_space: SpaceSpec) -> tuple[int, bool]:
-        """Set the spaces (idempotent); returns (policy_version, resumed)."""
+        """Set the spaces (idempotent); returns (policy_version, resumed), and keeps `world_size`."""
         r = await self._stub.Initialize(
             pb.InitializeRequest(
                 observation_space=space_to_proto(observation_space), action_space=space_to_proto(action_space)
             ),
             timeout=self.timeout_s,
         )
+        self.world_size = max(1, r.world_size)
         return r.policy_version, r.resumed
 
     async def get_policy(self, known_version: int = -1) -> Policy:
@@ -110,21 +116,37 @@ class LearnerClient(RpcClient):
         return Policy.from_proto(r.policy)
 
     async def submit(
-        self, arrays: Mapping[str, Any], policy_version: int, *, return_policy: bool = True
+        self,
+        arrays: Mapping[str, Any],
+        policy_version: int,
+        *,
+        return_policy: bool = True,
+        pause_requested: bool = False,
+        stop_requested: bool = False,
     ) -> SubmitReply:
         """Learn from one batch sampled by `policy_version`.
 
         `arrays` holds the RolloutBatch fields as numpy arrays laid out [T, N] (docs/smpo.md):
         obs, actions, logprobs, values, rewards, terminated, truncated, valid_mask, bootstrap_values.
+        `pause_requested` / `stop_requested`: the caller was asked to pause / stop; the reply's run_pauses /
+        run_stops say whether any rank's caller was (every rank's caller then pauses / stops after this
+        batch: broker/group_control.py).
         """
         r = await self._stub.SubmitBatch(
-            pb.SubmitBatchRequest(batch=batch_to_proto(arrays, policy_version), return_policy=return_policy),
+            pb.SubmitBatchRequest(
+                batch=batch_to_proto(arrays, policy_version),
+                return_policy=return_policy,
+                pause_requested=pause_requested,
+                stop_requested=stop_requested,
+            ),
             timeout=self.update_timeout_s,
         )
         return SubmitReply(
             stats=stats_from_proto(r.stats),
             policy_version=r.policy_version,
             policy=Policy.from_proto(r.policy) if r.HasField("policy") else None,
+            run_pauses=r.run_pauses,
+            run_stops=r.run_stops,
         )
 
     async def status(self) -> LearnerStatus:

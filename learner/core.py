@@ -64,6 +64,18 @@ class UpdateResult:
     policy_version: int  # the version after the update
     policy: Policy  # the updated policy (weights included)
     checkpoint: Path | None  # written after this update (every K versions), else None
+    # Some rank's broker asked to pause / stop with this update's batch (one learner: this submit's own
+    # request), so every broker of the run pauses / stops after this iteration (broker/group_control.py).
+    run_pauses: bool = False
+    run_stops: bool = False
+
+
+@dataclass(frozen=True)
+class Requests:
+    """What a batch's broker asked besides the update (or, agreed, what any rank's broker asked)."""
+
+    pause: bool = False
+    stop: bool = False
 
 
 # The largest policy Initialize builds (weights; Adam keeps two more copies and the update a
@@ -197,16 +209,27 @@ class LearnerCore:
         """
         return await asyncio.to_thread(self._initialize_blocking, observation_space, action_space)
 
-    async def submit(self, batch: RolloutBatch) -> UpdateResult:
+    async def submit(
+        self, batch: RolloutBatch, *, pause_requested: bool = False, stop_requested: bool = False
+    ) -> UpdateResult:
         """Run one PPO update on a batch sampled by the current version; bump the version.
 
         Refuses (FAILED_PRECONDITION) a batch of any other version and (INVALID_ARGUMENT) a
         batch that does not fit the spaces; a refused or failed update changes nothing.
+        `pause_requested` / `stop_requested`: this batch's broker was asked to pause / stop; the result's
+        run_pauses / run_stops say whether any rank's was (the ranks agree on it with the update), so that
+        all brokers pause or stop together.
         """
         self._require_initialized("SubmitBatch")
         # Cheap early refusal on the event loop; the check that counts is repeated under the lock.
         self._refuse_stale(batch.policy_version)
-        return await asyncio.to_thread(self._submit_blocking, batch)
+        requests = Requests(pause=pause_requested, stop=stop_requested)
+        return await asyncio.to_thread(self._submit_blocking, batch, requests)
+
+    @property
+    def world_size(self) -> int:
+        """Learner ranks in this learner's group; 1 for a single learner."""
+        return 1 if self._ranks is None else self._ranks.world_size
 
     async def save_checkpoint(self) -> tuple[Path, int]:
         """Write a checkpoint now (after any update in flight); returns (path, policy_version)."""
@@ -319,7 +342,7 @@ class LearnerCore:
             "or start a learner on another --checkpoint-dir for a new run"
         )
 
-    def _submit_blocking(self, batch: RolloutBatch) -> UpdateResult:
+    def _submit_blocking(self, batch: RolloutBatch, requests: Requests) -> UpdateResult:
         with self._state_lock:
             # A second submit of the same version waited here while the first one trained;
             # it is stale now and must not be learnt from.
@@ -340,8 +363,8 @@ class LearnerCore:
                 self._update_in_flight = True
             stats = None
             try:
-                if self._ranks is not None:
-                    values = self._agree_on_update(self._ranks, values, refusal)  # waits for the other ranks
+                if self._ranks is not None:  # waits for the other ranks
+                    values, requests = self._agree_on_update(self._ranks, values, refusal, requests)
                 learner.set_hyperparameters(
                     learning_rate=values.learning_rate,
                     ent_coef=values.ent_coef,
@@ -361,7 +384,14 @@ class LearnerCore:
             checkpoint = None
             if self._version % self.config.checkpoint_every == 0:
                 checkpoint = self._write_checkpoint_logged()
-            return UpdateResult(stats=stats, policy_version=self._version, policy=policy, checkpoint=checkpoint)
+            return UpdateResult(
+                stats=stats,
+                policy_version=self._version,
+                policy=policy,
+                checkpoint=checkpoint,
+                run_pauses=requests.pause,
+                run_stops=requests.stop,
+            )
 
     def _update_or_roll_back(self, learner: PPOLearner, batch: RolloutBatch) -> dict[str, float]:
         # PPOLearner.update can fail after some minibatch steps (a non-finite gradient);
@@ -411,16 +441,30 @@ class LearnerCore:
                 f"{call} on rank {self._ranks.rank} of {self._ranks.world_size}: rank 0's learner {what}; call it there"
             )
 
-    def _agree_on_update(self, ranks: Ranks, values: Hyperparameters, refusal: LearnerError | None) -> Hyperparameters:
+    def _agree_on_update(
+        self, ranks: Ranks, values: Hyperparameters, refusal: LearnerError | None, requests: Requests
+    ) -> tuple[Hyperparameters, Requests]:
         """Before a group update, every rank tells the others its version, its weights' digest, whether it
-        accepts its batch, and its hyper-parameters. Returns rank 0's hyper-parameters, which every rank
-        trains with; raises on every rank alike (nothing changes anywhere) when a rank refused its batch
-        or the ranks do not hold the same policy. Waits for every rank's batch (rank_timeout_s at most)."""
+        accepts its batch, its hyper-parameters and whether its broker asked to pause or stop. Returns
+        rank 0's hyper-parameters, which every rank trains with, and whether any broker asked to pause /
+        stop (every rank's broker then pauses / stops after this iteration); raises on every rank alike
+        (nothing changes anywhere) when a rank refused its batch or the ranks do not hold the same policy.
+        Waits for every rank's batch (rank_timeout_s at most)."""
         assert self._learner is not None
         # 48 bits of the digest: exact in a float64, and a collision would need 2^24 different states.
         digest = int(state_digest(self._learner.policy)[:12], 16)
         try:
-            rows = ranks.gather([self._version, digest, refusal is None, values.learning_rate, values.ent_coef])
+            rows = ranks.gather(
+                [
+                    self._version,
+                    digest,
+                    refusal is None,
+                    values.learning_rate,
+                    values.ent_coef,
+                    requests.pause,
+                    requests.stop,
+                ]
+            )
         except RuntimeError as error:  # torch.distributed's: a rank gone, or silent for rank_timeout_s
             raise self._group_failed(error) from None
         if refusal is not None:
@@ -442,7 +486,7 @@ class LearnerCore:
         chosen = Hyperparameters(learning_rate=rows[0][3], ent_coef=rows[0][4])
         if ranks.rank != 0:
             self._hyperparameters = chosen  # what GetStatus shows: the values this rank trains with
-        return chosen
+        return chosen, Requests(pause=any(row[5] for row in rows), stop=any(row[6] for row in rows))
 
     def _group_failed(self, error: BaseException) -> LearnerError:
         """A collective failed (this rank's state was rolled back or never touched): record it, tell the

@@ -69,7 +69,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
             version, resumed = await self.core.initialize(
                 _space(request, "observation_space"), _space(request, "action_space")
             )
-            return pb.InitializeResponse(policy_version=version, resumed=resumed)
+            return pb.InitializeResponse(policy_version=version, resumed=resumed, world_size=self.core.world_size)
 
         return await self._run(call(), context)
 
@@ -83,11 +83,17 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         async def call() -> pb.SubmitBatchResponse:
             if not request.HasField("batch"):
                 raise tensor.TensorError("batch is missing; set SubmitBatchRequest.batch")
-            result = await self.core.submit(RolloutBatch.from_numpy(batch_arrays_from_proto(request.batch)))
+            result = await self.core.submit(
+                RolloutBatch.from_numpy(batch_arrays_from_proto(request.batch)),
+                pause_requested=request.pause_requested,
+                stop_requested=request.stop_requested,
+            )
             return pb.SubmitBatchResponse(
                 stats=stats_to_proto(result.stats),
                 policy_version=result.policy_version,
                 policy=result.policy.to_proto() if request.return_policy else None,
+                run_pauses=result.run_pauses,
+                run_stops=result.run_stops,
             )
 
         return await self._run(call(), context)

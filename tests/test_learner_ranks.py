@@ -95,7 +95,14 @@ def test_two_learner_ranks_update_together_resume_and_fail_together_when_a_rank_
         try:
             for client in clients:
                 assert await client.initialize(OBS_SPACE, ACTION_SPACE) == (0, False)
-            replies = await asyncio.gather(*(client.submit(b, policy_version=0) for client, b in zip(clients, batches)))
+                assert client.world_size == 2
+            # Rank 0's broker was asked to pause, rank 1's to stop: both are told both, after this batch.
+            replies = await asyncio.gather(
+                *(
+                    client.submit(b, policy_version=0, pause_requested=rank == 0, stop_requested=rank == 1)
+                    for rank, (client, b) in enumerate(zip(clients, batches))
+                )
+            )
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await clients[1].save_checkpoint()
             assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -111,6 +118,7 @@ def test_two_learner_ranks_update_together_resume_and_fail_together_when_a_rank_
         if torch.cuda.device_count() == 1:  # both ranks on the one GPU: NCCL would refuse them
             assert any("share a GPU" in line for line in ranks[0].output), ranks[0].output[-5:]
     assert [reply.policy_version for reply in replies] == [1, 1]
+    assert [(reply.run_pauses, reply.run_stops) for reply in replies] == [(True, True)] * 2
     digests = [_digest(reply.policy.weights) for reply in replies]
     assert digests[0] == digests[1]
     assert [reply.stats["num_valid"] for reply in replies] == [int(sum(b["valid_mask"].sum() for b in batches))] * 2

@@ -338,7 +338,7 @@ def test_status_and_health_answer_during_an_update(stub, learner) -> None:
             old_version_answers += status.policy_version == version
             time.sleep(0.005)
     reply = future.result()
-    assert reply.policy_version == version + 1
+    assert reply.policy_version == version + 1 and not reply.run_stops
     # Were the update run on the event loop, the calls issued during it would wait for it to end.
     assert old_version_answers >= 1
     assert max(latencies) < max(0.1, reply.stats.update_time_s / 2), (max(latencies), reply.stats.update_time_s)
@@ -353,7 +353,7 @@ def test_client_round_trip(learner) -> None:
         async with LearnerClient(learner.address, timeout_s=10) as client:
             await client.wait_ready()
             version, resumed = await client.initialize(OBS_SPACE, ACTION_SPACE)
-            assert resumed
+            assert resumed and client.world_size == 1
             policy = await client.get_policy()
             assert policy.version == version and policy.observation_space.shape == (OBS_DIM,)
             actor_critic = policy.actor_critic()
@@ -361,8 +361,9 @@ def test_client_round_trip(learner) -> None:
             assert action.shape == (SLOTS, 2) and logprob.shape == value.shape == (SLOTS,)
             assert (await client.get_policy(known_version=version)).weights == b""
 
-            reply = await client.submit(make_arrays(seed=40), policy_version=version)
-            assert reply.policy_version == version + 1 and reply.policy is not None
+            # A single learner's answer says the run stops exactly when its own broker asked.
+            reply = await client.submit(make_arrays(seed=40), policy_version=version, stop_requested=True)
+            assert reply.policy_version == version + 1 and reply.policy is not None and reply.run_stops
             assert reply.policy.version == version + 1
             assert set(STAT_NAMES) <= reply.stats.keys() and all(math.isfinite(reply.stats[k]) for k in STAT_NAMES)
             status = await client.status()

@@ -29,6 +29,8 @@ from broker.policy_runner import PolicyRunner
 from broker.pool import SimulatorPool
 from fast import auth
 from fast.config import ConfigError, resolve_config
+from fast.rpc import Credentials, open_blocking_channel
+from fast.v1 import broker_pb2, broker_pb2_grpc
 from jobs.cli import app
 from jobs.train.config import ENV_PREFIX, TrainConfig
 from jobs.train.report import PLOTS, ReportError, write_report
@@ -168,7 +170,11 @@ def _http(method: str, url: str, token: str | None = None) -> tuple[int, dict]:
 @pytest.mark.slow
 def test_train_with_two_ranks_gateway_shows_both_brokers_and_ranks_and_stops_both(tmp_path: Path) -> None:
     """The gateway of `fast train --ranks 2` over HTTP: both brokers and ranks in /v1/status, and a stop
-    through it that reaches both brokers, which end at the same iteration."""
+    through it that reaches both brokers, which end at the same iteration. First broker-1 alone is paused
+    (directly over gRPC): taken at its own boundary, that pause would let broker 0 go on into the next
+    iteration, whose update then waits for broker-1's batch until the group fails (and a stop would then
+    end broker-1 and leave broker 0 waiting). The ranks agree on pauses and stops with the update
+    (broker/group_control.py), so both brokers pause after the same iteration, and both stop together."""
     process = fast_train(
         tmp_path, "ranks-gw", "--ranks", "2", "--iterations", "200", *TINY, "--eval-episodes-per-clip", "0"
     )
@@ -199,6 +205,17 @@ def test_train_with_two_ranks_gateway_shows_both_brokers_and_ranks_and_stops_bot
             s["address"] for s in _http("GET", f"{url}/v1/simulators")[1]
         }
         token = (tmp_path / "ranks-gw" / "token").read_text().strip()
+        with open_blocking_channel(brokers[1]["address"], credentials=Credentials(token)) as channel:
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            stub.Control(broker_pb2.ControlRequest(action=broker_pb2.CONTROL_ACTION_PAUSE), timeout=10)
+            while stub.GetRunStatus(broker_pb2.GetRunStatusRequest(), timeout=10).state != broker_pb2.RUN_STATE_PAUSED:
+                assert time.monotonic() < deadline, "broker-1 did not pause"
+                time.sleep(0.1)
+        time.sleep(1.0)  # were broker 0 not paused too, it would be into its next iteration by now
+        code, status = _http("GET", f"{url}/v1/status")
+        assert [(b["run"]["state"], b["run"]["iteration"]) for b in status["brokers"]] == [
+            ("paused", status["brokers"][1]["run"]["iteration"])
+        ] * 2, status["brokers"]
         code, answer = _http("POST", f"{url}/v1/run/stop", token)
         assert code == 200, answer
         assert [(b["name"], b["applied"]) for b in answer["brokers"]] == [("broker", True), ("broker-1", True)]

@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from fast.v1 import tensor_pb2 as fast_dot_v1_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x66\x61st/v1/learner.proto\x12\x07\x66\x61st.v1\x1a\x14\x66\x61st/v1/tensor.proto\"\xe5\x02\n\x0cRolloutBatch\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x1c\n\x03obs\x18\x02 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12 \n\x07\x61\x63tions\x18\x03 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12!\n\x08logprobs\x18\x04 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12\x1f\n\x06values\x18\x05 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12 \n\x07rewards\x18\x06 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12#\n\nterminated\x18\x07 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12\"\n\ttruncated\x18\x08 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12#\n\nvalid_mask\x18\t \x01(\x0b\x32\x0f.fast.v1.Tensor\x12)\n\x10\x62ootstrap_values\x18\n \x01(\x0b\x32\x0f.fast.v1.Tensor\"\xb6\x02\n\x0bUpdateStats\x12\x13\n\x0bpolicy_loss\x18\x01 \x01(\x01\x12\x12\n\nvalue_loss\x18\x02 \x01(\x01\x12\x0f\n\x07\x65ntropy\x18\x03 \x01(\x01\x12\x11\n\tapprox_kl\x18\x04 \x01(\x01\x12\x15\n\rclip_fraction\x18\x05 \x01(\x01\x12\x1a\n\x12\x65xplained_variance\x18\x06 \x01(\x01\x12\x11\n\tgrad_norm\x18\x07 \x01(\x01\x12\x15\n\rupdate_time_s\x18\x08 \x01(\x01\x12\x11\n\tnum_valid\x18\t \x01(\x03\x12\x11\n\tnum_total\x18\n \x01(\x03\x12\x15\n\rlearning_rate\x18\x0b \x01(\x01\x12\x10\n\x08\x65nt_coef\x18\x0c \x01(\x01\x12\x14\n\x0creward_scale\x18\r \x01(\x01\x12\x18\n\x10lr_anneal_factor\x18\x0e \x01(\x01\"\x91\x01\n\x06Policy\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x0f\n\x07weights\x18\x02 \x01(\x0c\x12\x14\n\x0chidden_sizes\x18\x03 \x03(\x03\x12)\n\x11observation_space\x18\x04 \x01(\x0b\x32\x0e.fast.v1.Space\x12$\n\x0c\x61\x63tion_space\x18\x05 \x01(\x0b\x32\x0e.fast.v1.Space\"d\n\x11InitializeRequest\x12)\n\x11observation_space\x18\x01 \x01(\x0b\x32\x0e.fast.v1.Space\x12$\n\x0c\x61\x63tion_space\x18\x02 \x01(\x0b\x32\x0e.fast.v1.Space\"=\n\x12InitializeResponse\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x0f\n\x07resumed\x18\x02 \x01(\x08\")\n\x10GetPolicyRequest\x12\x15\n\rknown_version\x18\x01 \x01(\x03\"4\n\x11GetPolicyResponse\x12\x1f\n\x06policy\x18\x01 \x01(\x0b\x32\x0f.fast.v1.Policy\"Q\n\x12SubmitBatchRequest\x12$\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\x15.fast.v1.RolloutBatch\x12\x15\n\rreturn_policy\x18\x02 \x01(\x08\"s\n\x13SubmitBatchResponse\x12#\n\x05stats\x18\x01 \x01(\x0b\x32\x14.fast.v1.UpdateStats\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x1f\n\x06policy\x18\x03 \x01(\x0b\x32\x0f.fast.v1.Policy\"\x12\n\x10GetStatusRequest\"\x83\x02\n\x11GetStatusResponse\x12\x13\n\x0binitialized\x18\x01 \x01(\x08\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x0e\n\x06\x64\x65vice\x18\x03 \x01(\t\x12\x1c\n\x14updates_this_process\x18\x04 \x01(\x03\x12(\n\nlast_stats\x18\x05 \x01(\x0b\x32\x14.fast.v1.UpdateStats\x12\x17\n\x0flast_checkpoint\x18\x06 \x01(\t\x12\x1d\n\x15stale_batches_refused\x18\x07 \x01(\x03\x12\x31\n\x0fhyperparameters\x18\x08 \x01(\x0b\x32\x18.fast.v1.Hyperparameters\":\n\x0fHyperparameters\x12\x15\n\rlearning_rate\x18\x01 \x01(\x01\x12\x10\n\x08\x65nt_coef\x18\x02 \x01(\x01\"p\n\x1cUpdateHyperparametersRequest\x12\x1a\n\rlearning_rate\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x15\n\x08\x65nt_coef\x18\x02 \x01(\x01H\x01\x88\x01\x01\x42\x10\n\x0e_learning_rateB\x0b\n\t_ent_coef\"r\n\x1dUpdateHyperparametersResponse\x12\x31\n\x0fhyperparameters\x18\x01 \x01(\x0b\x32\x18.fast.v1.Hyperparameters\x12\x1e\n\x16\x65\x66\x66\x65\x63tive_from_version\x18\x02 \x01(\x03\"a\n\x0e\x43heckpointInfo\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\x12\x15\n\rmodified_unix\x18\x04 \x01(\x01\"\x18\n\x16ListCheckpointsRequest\"G\n\x17ListCheckpointsResponse\x12,\n\x0b\x63heckpoints\x18\x01 \x03(\x0b\x32\x17.fast.v1.CheckpointInfo\"<\n\x13\x45xportPolicyRequest\x12%\n\x06\x66ormat\x18\x01 \x01(\x0e\x32\x15.fast.v1.PolicyFormat\"X\n\x14\x45xportPolicyResponse\x12\r\n\x05model\x18\x01 \x01(\x0c\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x19\n\x11observation_shape\x18\x03 \x03(\x03\"\x17\n\x15SaveCheckpointRequest\">\n\x16SaveCheckpointResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03*d\n\x0cPolicyFormat\x12\x1d\n\x19POLICY_FORMAT_UNSPECIFIED\x10\x00\x12\x1d\n\x19POLICY_FORMAT_TORCHSCRIPT\x10\x01\x12\x16\n\x12POLICY_FORMAT_ONNX\x10\x02\x32\x80\x05\n\x07Learner\x12\x45\n\nInitialize\x12\x1a.fast.v1.InitializeRequest\x1a\x1b.fast.v1.InitializeResponse\x12\x42\n\tGetPolicy\x12\x19.fast.v1.GetPolicyRequest\x1a\x1a.fast.v1.GetPolicyResponse\x12H\n\x0bSubmitBatch\x12\x1b.fast.v1.SubmitBatchRequest\x1a\x1c.fast.v1.SubmitBatchResponse\x12\x42\n\tGetStatus\x12\x19.fast.v1.GetStatusRequest\x1a\x1a.fast.v1.GetStatusResponse\x12Q\n\x0eSaveCheckpoint\x12\x1e.fast.v1.SaveCheckpointRequest\x1a\x1f.fast.v1.SaveCheckpointResponse\x12\x66\n\x15UpdateHyperparameters\x12%.fast.v1.UpdateHyperparametersRequest\x1a&.fast.v1.UpdateHyperparametersResponse\x12T\n\x0fListCheckpoints\x12\x1f.fast.v1.ListCheckpointsRequest\x1a .fast.v1.ListCheckpointsResponse\x12K\n\x0c\x45xportPolicy\x12\x1c.fast.v1.ExportPolicyRequest\x1a\x1d.fast.v1.ExportPolicyResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x66\x61st/v1/learner.proto\x12\x07\x66\x61st.v1\x1a\x14\x66\x61st/v1/tensor.proto\"\xe5\x02\n\x0cRolloutBatch\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x1c\n\x03obs\x18\x02 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12 \n\x07\x61\x63tions\x18\x03 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12!\n\x08logprobs\x18\x04 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12\x1f\n\x06values\x18\x05 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12 \n\x07rewards\x18\x06 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12#\n\nterminated\x18\x07 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12\"\n\ttruncated\x18\x08 \x01(\x0b\x32\x0f.fast.v1.Tensor\x12#\n\nvalid_mask\x18\t \x01(\x0b\x32\x0f.fast.v1.Tensor\x12)\n\x10\x62ootstrap_values\x18\n \x01(\x0b\x32\x0f.fast.v1.Tensor\"\xb6\x02\n\x0bUpdateStats\x12\x13\n\x0bpolicy_loss\x18\x01 \x01(\x01\x12\x12\n\nvalue_loss\x18\x02 \x01(\x01\x12\x0f\n\x07\x65ntropy\x18\x03 \x01(\x01\x12\x11\n\tapprox_kl\x18\x04 \x01(\x01\x12\x15\n\rclip_fraction\x18\x05 \x01(\x01\x12\x1a\n\x12\x65xplained_variance\x18\x06 \x01(\x01\x12\x11\n\tgrad_norm\x18\x07 \x01(\x01\x12\x15\n\rupdate_time_s\x18\x08 \x01(\x01\x12\x11\n\tnum_valid\x18\t \x01(\x03\x12\x11\n\tnum_total\x18\n \x01(\x03\x12\x15\n\rlearning_rate\x18\x0b \x01(\x01\x12\x10\n\x08\x65nt_coef\x18\x0c \x01(\x01\x12\x14\n\x0creward_scale\x18\r \x01(\x01\x12\x18\n\x10lr_anneal_factor\x18\x0e \x01(\x01\"\x91\x01\n\x06Policy\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x0f\n\x07weights\x18\x02 \x01(\x0c\x12\x14\n\x0chidden_sizes\x18\x03 \x03(\x03\x12)\n\x11observation_space\x18\x04 \x01(\x0b\x32\x0e.fast.v1.Space\x12$\n\x0c\x61\x63tion_space\x18\x05 \x01(\x0b\x32\x0e.fast.v1.Space\"d\n\x11InitializeRequest\x12)\n\x11observation_space\x18\x01 \x01(\x0b\x32\x0e.fast.v1.Space\x12$\n\x0c\x61\x63tion_space\x18\x02 \x01(\x0b\x32\x0e.fast.v1.Space\"Q\n\x12InitializeResponse\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x0f\n\x07resumed\x18\x02 \x01(\x08\x12\x12\n\nworld_size\x18\x03 \x01(\x05\")\n\x10GetPolicyRequest\x12\x15\n\rknown_version\x18\x01 \x01(\x03\"4\n\x11GetPolicyResponse\x12\x1f\n\x06policy\x18\x01 \x01(\x0b\x32\x0f.fast.v1.Policy\"\x82\x01\n\x12SubmitBatchRequest\x12$\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\x15.fast.v1.RolloutBatch\x12\x15\n\rreturn_policy\x18\x02 \x01(\x08\x12\x16\n\x0estop_requested\x18\x03 \x01(\x08\x12\x17\n\x0fpause_requested\x18\x04 \x01(\x08\"\x9a\x01\n\x13SubmitBatchResponse\x12#\n\x05stats\x18\x01 \x01(\x0b\x32\x14.fast.v1.UpdateStats\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x1f\n\x06policy\x18\x03 \x01(\x0b\x32\x0f.fast.v1.Policy\x12\x11\n\trun_stops\x18\x04 \x01(\x08\x12\x12\n\nrun_pauses\x18\x05 \x01(\x08\"\x12\n\x10GetStatusRequest\"\x83\x02\n\x11GetStatusResponse\x12\x13\n\x0binitialized\x18\x01 \x01(\x08\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x0e\n\x06\x64\x65vice\x18\x03 \x01(\t\x12\x1c\n\x14updates_this_process\x18\x04 \x01(\x03\x12(\n\nlast_stats\x18\x05 \x01(\x0b\x32\x14.fast.v1.UpdateStats\x12\x17\n\x0flast_checkpoint\x18\x06 \x01(\t\x12\x1d\n\x15stale_batches_refused\x18\x07 \x01(\x03\x12\x31\n\x0fhyperparameters\x18\x08 \x01(\x0b\x32\x18.fast.v1.Hyperparameters\":\n\x0fHyperparameters\x12\x15\n\rlearning_rate\x18\x01 \x01(\x01\x12\x10\n\x08\x65nt_coef\x18\x02 \x01(\x01\"p\n\x1cUpdateHyperparametersRequest\x12\x1a\n\rlearning_rate\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x15\n\x08\x65nt_coef\x18\x02 \x01(\x01H\x01\x88\x01\x01\x42\x10\n\x0e_learning_rateB\x0b\n\t_ent_coef\"r\n\x1dUpdateHyperparametersResponse\x12\x31\n\x0fhyperparameters\x18\x01 \x01(\x0b\x32\x18.fast.v1.Hyperparameters\x12\x1e\n\x16\x65\x66\x66\x65\x63tive_from_version\x18\x02 \x01(\x03\"a\n\x0e\x43heckpointInfo\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\x12\x15\n\rmodified_unix\x18\x04 \x01(\x01\"\x18\n\x16ListCheckpointsRequest\"G\n\x17ListCheckpointsResponse\x12,\n\x0b\x63heckpoints\x18\x01 \x03(\x0b\x32\x17.fast.v1.CheckpointInfo\"<\n\x13\x45xportPolicyRequest\x12%\n\x06\x66ormat\x18\x01 \x01(\x0e\x32\x15.fast.v1.PolicyFormat\"X\n\x14\x45xportPolicyResponse\x12\r\n\x05model\x18\x01 \x01(\x0c\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x19\n\x11observation_shape\x18\x03 \x03(\x03\"\x17\n\x15SaveCheckpointRequest\">\n\x16SaveCheckpointResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03*d\n\x0cPolicyFormat\x12\x1d\n\x19POLICY_FORMAT_UNSPECIFIED\x10\x00\x12\x1d\n\x19POLICY_FORMAT_TORCHSCRIPT\x10\x01\x12\x16\n\x12POLICY_FORMAT_ONNX\x10\x02\x32\x80\x05\n\x07Learner\x12\x45\n\nInitialize\x12\x1a.fast.v1.InitializeRequest\x1a\x1b.fast.v1.InitializeResponse\x12\x42\n\tGetPolicy\x12\x19.fast.v1.GetPolicyRequest\x1a\x1a.fast.v1.GetPolicyResponse\x12H\n\x0bSubmitBatch\x12\x1b.fast.v1.SubmitBatchRequest\x1a\x1c.fast.v1.SubmitBatchResponse\x12\x42\n\tGetStatus\x12\x19.fast.v1.GetStatusRequest\x1a\x1a.fast.v1.GetStatusResponse\x12Q\n\x0eSaveCheckpoint\x12\x1e.fast.v1.SaveCheckpointRequest\x1a\x1f.fast.v1.SaveCheckpointResponse\x12\x66\n\x15UpdateHyperparameters\x12%.fast.v1.UpdateHyperparametersRequest\x1a&.fast.v1.UpdateHyperparametersResponse\x12T\n\x0fListCheckpoints\x12\x1f.fast.v1.ListCheckpointsRequest\x1a .fast.v1.ListCheckpointsResponse\x12K\n\x0c\x45xportPolicy\x12\x1c.fast.v1.ExportPolicyRequest\x1a\x1d.fast.v1.ExportPolicyResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'fast.v1.learner_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_POLICYFORMAT']._serialized_start=2350
-  _globals['_POLICYFORMAT']._serialized_end=2450
+  _globals['_POLICYFORMAT']._serialized_start=2460
+  _globals['_POLICYFORMAT']._serialized_end=2560
   _globals['_ROLLOUTBATCH']._serialized_start=57
   _globals['_ROLLOUTBATCH']._serialized_end=414
   _globals['_UPDATESTATS']._serialized_start=417
@@ -43,39 +43,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INITIALIZEREQUEST']._serialized_start=877
   _globals['_INITIALIZEREQUEST']._serialized_end=977
   _globals['_INITIALIZERESPONSE']._serialized_start=979
-  _globals['_INITIALIZERESPONSE']._serialized_end=1040
-  _globals['_GETPOLICYREQUEST']._serialized_start=1042
-  _globals['_GETPOLICYREQUEST']._serialized_end=1083
-  _globals['_GETPOLICYRESPONSE']._serialized_start=1085
-  _globals['_GETPOLICYRESPONSE']._serialized_end=1137
-  _globals['_SUBMITBATCHREQUEST']._serialized_start=1139
-  _globals['_SUBMITBATCHREQUEST']._serialized_end=1220
-  _globals['_SUBMITBATCHRESPONSE']._serialized_start=1222
-  _globals['_SUBMITBATCHRESPONSE']._serialized_end=1337
-  _globals['_GETSTATUSREQUEST']._serialized_start=1339
-  _globals['_GETSTATUSREQUEST']._serialized_end=1357
-  _globals['_GETSTATUSRESPONSE']._serialized_start=1360
-  _globals['_GETSTATUSRESPONSE']._serialized_end=1619
-  _globals['_HYPERPARAMETERS']._serialized_start=1621
-  _globals['_HYPERPARAMETERS']._serialized_end=1679
-  _globals['_UPDATEHYPERPARAMETERSREQUEST']._serialized_start=1681
-  _globals['_UPDATEHYPERPARAMETERSREQUEST']._serialized_end=1793
-  _globals['_UPDATEHYPERPARAMETERSRESPONSE']._serialized_start=1795
-  _globals['_UPDATEHYPERPARAMETERSRESPONSE']._serialized_end=1909
-  _globals['_CHECKPOINTINFO']._serialized_start=1911
-  _globals['_CHECKPOINTINFO']._serialized_end=2008
-  _globals['_LISTCHECKPOINTSREQUEST']._serialized_start=2010
-  _globals['_LISTCHECKPOINTSREQUEST']._serialized_end=2034
-  _globals['_LISTCHECKPOINTSRESPONSE']._serialized_start=2036
-  _globals['_LISTCHECKPOINTSRESPONSE']._serialized_end=2107
-  _globals['_EXPORTPOLICYREQUEST']._serialized_start=2109
-  _globals['_EXPORTPOLICYREQUEST']._serialized_end=2169
-  _globals['_EXPORTPOLICYRESPONSE']._serialized_start=2171
-  _globals['_EXPORTPOLICYRESPONSE']._serialized_end=2259
-  _globals['_SAVECHECKPOINTREQUEST']._serialized_start=2261
-  _globals['_SAVECHECKPOINTREQUEST']._serialized_end=2284
-  _globals['_SAVECHECKPOINTRESPONSE']._serialized_start=2286
-  _globals['_SAVECHECKPOINTRESPONSE']._serialized_end=2348
-  _globals['_LEARNER']._serialized_start=2453
-  _globals['_LEARNER']._serialized_end=3093
+  _globals['_INITIALIZERESPONSE']._serialized_end=1060
+  _globals['_GETPOLICYREQUEST']._serialized_start=1062
+  _globals['_GETPOLICYREQUEST']._serialized_end=1103
+  _globals['_GETPOLICYRESPONSE']._serialized_start=1105
+  _globals['_GETPOLICYRESPONSE']._serialized_end=1157
+  _globals['_SUBMITBATCHREQUEST']._serialized_start=1160
+  _globals['_SUBMITBATCHREQUEST']._serialized_end=1290
+  _globals['_SUBMITBATCHRESPONSE']._serialized_start=1293
+  _globals['_SUBMITBATCHRESPONSE']._serialized_end=1447
+  _globals['_GETSTATUSREQUEST']._serialized_start=1449
+  _globals['_GETSTATUSREQUEST']._serialized_end=1467
+  _globals['_GETSTATUSRESPONSE']._serialized_start=1470
+  _globals['_GETSTATUSRESPONSE']._serialized_end=1729
+  _globals['_HYPERPARAMETERS']._serialized_start=1731
+  _globals['_HYPERPARAMETERS']._serialized_end=1789
+  _globals['_UPDATEHYPERPARAMETERSREQUEST']._serialized_start=1791
+  _globals['_UPDATEHYPERPARAMETERSREQUEST']._serialized_end=1903
+  _globals['_UPDATEHYPERPARAMETERSRESPONSE']._serialized_start=1905
+  _globals['_UPDATEHYPERPARAMETERSRESPONSE']._serialized_end=2019
+  _globals['_CHECKPOINTINFO']._serialized_start=2021
+  _globals['_CHECKPOINTINFO']._serialized_end=2118
+  _globals['_LISTCHECKPOINTSREQUEST']._serialized_start=2120
+  _globals['_LISTCHECKPOINTSREQUEST']._serialized_end=2144
+  _globals['_LISTCHECKPOINTSRESPONSE']._serialized_start=2146
+  _globals['_LISTCHECKPOINTSRESPONSE']._serialized_end=2217
+  _globals['_EXPORTPOLICYREQUEST']._serialized_start=2219
+  _globals['_EXPORTPOLICYREQUEST']._serialized_end=2279
+  _globals['_EXPORTPOLICYRESPONSE']._serialized_start=2281
+  _globals['_EXPORTPOLICYRESPONSE']._serialized_end=2369
+  _globals['_SAVECHECKPOINTREQUEST']._serialized_start=2371
+  _globals['_SAVECHECKPOINTREQUEST']._serialized_end=2394
+  _globals['_SAVECHECKPOINTRESPONSE']._serialized_start=2396
+  _globals['_SAVECHECKPOINTRESPONSE']._serialized_end=2458
+  _globals['_LEARNER']._serialized_start=2563
+  _globals['_LEARNER']._serialized_end=3203
 # @@protoc_insertion_point(module_scope)

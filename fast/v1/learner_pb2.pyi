@@ -96,12 +96,14 @@ class InitializeRequest(_message.Message):
     def __init__(self, observation_space: _Optional[_Union[_tensor_pb2.Space, _Mapping]] = ..., action_space: _Optional[_Union[_tensor_pb2.Space, _Mapping]] = ...) -> None: ...
 
 class InitializeResponse(_message.Message):
-    __slots__ = ("policy_version", "resumed")
+    __slots__ = ("policy_version", "resumed", "world_size")
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     RESUMED_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     policy_version: int
     resumed: bool
-    def __init__(self, policy_version: _Optional[int] = ..., resumed: _Optional[bool] = ...) -> None: ...
+    world_size: int
+    def __init__(self, policy_version: _Optional[int] = ..., resumed: _Optional[bool] = ..., world_size: _Optional[int] = ...) -> None: ...
 
 class GetPolicyRequest(_message.Message):
     __slots__ = ("known_version",)
@@ -116,22 +118,30 @@ class GetPolicyResponse(_message.Message):
     def __init__(self, policy: _Optional[_Union[Policy, _Mapping]] = ...) -> None: ...
 
 class SubmitBatchRequest(_message.Message):
-    __slots__ = ("batch", "return_policy")
+    __slots__ = ("batch", "return_policy", "stop_requested", "pause_requested")
     BATCH_FIELD_NUMBER: _ClassVar[int]
     RETURN_POLICY_FIELD_NUMBER: _ClassVar[int]
+    STOP_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     batch: RolloutBatch
     return_policy: bool
-    def __init__(self, batch: _Optional[_Union[RolloutBatch, _Mapping]] = ..., return_policy: _Optional[bool] = ...) -> None: ...
+    stop_requested: bool
+    pause_requested: bool
+    def __init__(self, batch: _Optional[_Union[RolloutBatch, _Mapping]] = ..., return_policy: _Optional[bool] = ..., stop_requested: _Optional[bool] = ..., pause_requested: _Optional[bool] = ...) -> None: ...
 
 class SubmitBatchResponse(_message.Message):
-    __slots__ = ("stats", "policy_version", "policy")
+    __slots__ = ("stats", "policy_version", "policy", "run_stops", "run_pauses")
     STATS_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
+    RUN_STOPS_FIELD_NUMBER: _ClassVar[int]
+    RUN_PAUSES_FIELD_NUMBER: _ClassVar[int]
     stats: UpdateStats
     policy_version: int
     policy: Policy
-    def __init__(self, stats: _Optional[_Union[UpdateStats, _Mapping]] = ..., policy_version: _Optional[int] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ...) -> None: ...
+    run_stops: bool
+    run_pauses: bool
+    def __init__(self, stats: _Optional[_Union[UpdateStats, _Mapping]] = ..., policy_version: _Optional[int] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ..., run_stops: _Optional[bool] = ..., run_pauses: _Optional[bool] = ...) -> None: ...
 
 class GetStatusRequest(_message.Message):
     __slots__ = ()
