@@ -81,6 +81,29 @@ def test_lengths_refuse_what_is_not_a_sample() -> None:
         EpisodeLengths.from_sample([5], tail_length=3)
 
 
+def test_an_episode_in_progress_is_length_biased_with_a_uniform_age() -> None:
+    """Lengths 10 or 90, equally likely: a slot that has run for long is 9 times likelier to be in a 90
+    (it covers 90% of the slot's steps), and its age is uniform over that episode's steps."""
+    d = EpisodeLengths(np.array([10, 90]), np.array([0.5, 0.5]))
+    total, age = d.sample_in_progress(np.random.default_rng(0), 40_000)
+    assert np.mean(total == 90) == pytest.approx(0.9, abs=0.01)
+    assert ((age >= 0) & (age < total)).all()
+    assert age[total == 90].mean() == pytest.approx(44.5, rel=0.02) and age[total == 10].mean() == pytest.approx(4.5, rel=0.05)
+
+
+def test_a_steady_start_ends_episodes_from_the_first_row() -> None:
+    """Every episode 100 steps: started fresh, no episode ends in the first 99 rows; started as a long
+    run finds it (mid-episode), about one slot in ten ends within 10 rows, as in the long run."""
+    w = Workload(EpisodeLengths.fixed(100), SimulatorCosts(step_s=0.001), servers=1, slots_per_server=50)
+    horizon = Horizon(samples_per_iteration=500, iterations=1, warmup_iterations=0)
+    fresh = predict(w, ModeSettings("autoreset"), horizon)
+    steady = predict(w, ModeSettings("autoreset"), dataclasses.replace(horizon, steady_start=True))
+    assert math.isnan(fresh.episode_length_mean) and fresh.slot_resets_per_1k_valid == 100.0  # the first 50 alone
+    # 50 slots x 10 rows: about 5 episodes end (each a whole 100 steps) and are reset, 10 per 1k valid
+    assert steady.episode_length_mean == 100.0
+    assert 2 <= steady.slot_resets_per_1k_valid - 100.0 <= 20, steady.slot_resets_per_1k_valid
+
+
 # --- cases known by hand --------------------------------------------------------------------------
 
 

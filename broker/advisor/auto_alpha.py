@@ -18,8 +18,9 @@ What it reads, over a sliding window (the last `cost_iterations` iterations, the
 The costs go into the model as effective ones (a call costs what the run measured it to cost,
 prepared loads and map-cache hits included), so the model runs without prefetch or a catalog. The
 rule: the model's effective throughput for each alpha of the grid (ALPHA_GRID's values inside
-[alpha_min, alpha_max] plus both ends), over a capped horizon (`Horizon`: a warm-up iteration of at
-most WARMUP_SAMPLES valid transitions, then one measured of at most `max_samples`), every alpha on
+[alpha_min, alpha_max] plus both ends), over a capped horizon (`Horizon`: every slot started
+mid-episode as a long run finds it, a warm-up iteration of at most WARMUP_SAMPLES valid transitions,
+then one measured of at most `max_samples`), every alpha on
 the same seeds (a paired comparison). One such curve is noisy: one seed's episodes spread its points
 by about 7% (CV), more than the neighbouring alphas differ, and a choice made on one jumps between
 them. So each decision plays `seeds_per_decision` fresh seeds, the curve it goes by is the mean of
@@ -234,7 +235,16 @@ class AutoAlpha:
 
     def horizon(self) -> Horizon:
         samples = min(self.samples_per_iteration, self.max_samples)
-        return Horizon(samples, iterations=1, warmup_iterations=1, warmup_samples=min(samples, WARMUP_SAMPLES))
+        # A steady start: the run has gone on for long, so its slots are mid-episode. Started fresh, the
+        # short warm-up leaves too few episodes ending when they are long (a trained policy's), which
+        # under-counted rounds and over-predicted low alphas by up to a third (docs/advisor.md).
+        return Horizon(
+            samples,
+            iterations=1,
+            warmup_iterations=1,
+            warmup_samples=min(samples, WARMUP_SAMPLES),
+            steady_start=True,
+        )
 
     def seeds(self) -> range:
         """The model's seeds for the next decision: fresh ones each decision (their noise averages out)."""

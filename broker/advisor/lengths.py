@@ -94,3 +94,13 @@ class EpisodeLengths:
         """Draws of whole episode lengths."""
         drawn = rng.choice(self.values, size=size, p=self.probabilities)
         return int(drawn) if size is None else drawn.astype(np.int64)
+
+    def sample_in_progress(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """Episodes caught mid-way by a look at a slot that has run for long: (whole length, steps
+        already taken), each [size]. The renewal process's stationary state: a long episode covers more
+        of the slot's time, so the one in progress has length L with probability proportional to
+        L * P(L) (length-biased), and its age is uniform over its steps 0..L-1."""
+        weights = self.values * self.probabilities
+        total = rng.choice(self.values, size=size, p=weights / weights.sum()).astype(np.int64)
+        age = np.floor(rng.random(size) * total).astype(np.int64)
+        return total, age

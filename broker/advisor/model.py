@@ -185,6 +185,10 @@ class Horizon:
     iterations: int = 3  # measured
     warmup_iterations: int = 1
     warmup_samples: int | None = None  # valid transitions of a warm-up iteration; samples_per_iteration by default
+    # Start every slot mid-episode, as a run that has gone on for long finds it (EpisodeLengths.
+    # sample_in_progress), rather than at a fresh reset as a benchmark starts. A fresh start takes
+    # several episode lengths of warm-up to forget: until then fewer episodes end than in a long run.
+    steady_start: bool = False
 
     def __post_init__(self) -> None:
         if self.samples_per_iteration < 1 or self.iterations < 1 or self.warmup_iterations < 0:
@@ -430,6 +434,7 @@ class _Run:
         self.left = np.zeros(n, dtype=np.int64)  # steps left in each live episode (drawn at its reset)
         self.episode_len = np.zeros(n, dtype=np.int64)
         self.next_clip = np.full(n, -1, dtype=np.int64)  # prefetch: the clip dealt ahead and being prepared
+        self.in_progress = np.zeros(n, dtype=bool)  # steady start: the slot's first episode is caught mid-way
         self.tally = _Tally()
         catalog = workload.catalog
         self.episodes_dealt = 0
@@ -499,6 +504,11 @@ class _Run:
         self.live[slots] = True
         self.episode_len[slots] = 0
         self.left[slots] = self.workload.lengths.sample(self.rng, slots.size)
+        caught = slots[self.in_progress[slots]]
+        if caught.size:
+            total, age = self.workload.lengths.sample_in_progress(self.rng, caught.size)
+            self.episode_len[caught], self.left[caught] = age, total - age
+            self.in_progress[caught] = False
         self.tally.slot_resets += slots.size
 
     def prepare_next(self, slots: np.ndarray) -> Process:
@@ -645,6 +655,7 @@ class _Run:
 
     def measure(self, horizon: Horizon) -> list[_Tally]:
         measured: list[_Tally] = []
+        self.in_progress[:] = horizon.steady_start
 
         def main() -> Process:
             for i in range(horizon.warmup_iterations + horizon.iterations):
