@@ -88,7 +88,8 @@ def test_an_episode_in_progress_is_length_biased_with_a_uniform_age() -> None:
     total, age = d.sample_in_progress(np.random.default_rng(0), 40_000)
     assert np.mean(total == 90) == pytest.approx(0.9, abs=0.01)
     assert ((age >= 0) & (age < total)).all()
-    assert age[total == 90].mean() == pytest.approx(44.5, rel=0.02) and age[total == 10].mean() == pytest.approx(4.5, rel=0.05)
+    assert age[total == 90].mean() == pytest.approx(44.5, rel=0.02)
+    assert age[total == 10].mean() == pytest.approx(4.5, rel=0.05)
 
 
 def test_a_steady_start_ends_episodes_from_the_first_row() -> None:
