@@ -21,6 +21,7 @@ from test_broker_pool import FakeClient, _description
 
 import broker.pool
 from broker.config import BrokerConfig
+from broker.metrics_file import whole_lines
 from broker.pool import SimulatorPool
 from broker.run import BrokerRun, ControlRefused, RunState, UnknownSimulator
 from broker.samplers import make_sampler
@@ -227,7 +228,8 @@ def _lines(run_dir: Path) -> dict[int, dict]:
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         return {}
-    return {m["iteration"]: m for m in map(json.loads, path.read_text().splitlines())}
+    whole, _ = whole_lines(path.read_text())  # the broker may be mid-way through its next line
+    return {m["iteration"]: m for m in (json.loads(line) for line, _ in whole)}
 
 
 def _same(a, b) -> bool:

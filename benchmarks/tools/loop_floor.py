@@ -112,14 +112,20 @@ def _start(path: Path, compute_s: float, latency_s: float, answer_bytes: int) ->
         return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
-async def _wait_for_socket(path: Path, process: subprocess.Popen) -> None:
+async def _connect(path: Path, process: subprocess.Popen) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to the probe server on `path`, once it listens. The socket file appears at bind(),
+    a moment before listen(): a connection in between is refused, so a refusal is retried too."""
     deadline = time.monotonic() + _START_TIMEOUT_S
-    while not path.exists():
+    while True:
+        try:
+            return await asyncio.open_unix_connection(str(path))
+        except (FileNotFoundError, ConnectionRefusedError):
+            pass
         if process.poll() is not None:
             error = path.with_suffix(".log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"a loop-floor server exited with code {process.returncode}: {error}")
         if time.monotonic() > deadline:
-            raise RuntimeError(f"a loop-floor server did not open {path} within {_START_TIMEOUT_S:g} s")
+            raise RuntimeError(f"a loop-floor server did not listen on {path} within {_START_TIMEOUT_S:g} s")
         await asyncio.sleep(0.01)
 
 
@@ -156,9 +162,7 @@ class LoopFloor:
                 path = self._where / f"{i}.sock"
                 self._processes.append(_start(path, self.compute_s, self.latency_s, k * self.answer_bytes_per_slot))
             for i, process in enumerate(self._processes):
-                path = self._where / f"{i}.sock"
-                await _wait_for_socket(path, process)
-                self._streams.append(await asyncio.open_unix_connection(str(path)))
+                self._streams.append(await _connect(self._where / f"{i}.sock", process))
         except BaseException:
             await self.__aexit__(None, None, None)
             raise
