@@ -132,6 +132,8 @@ def test_advise_json_holds_the_probes_and_every_mode_ranked(advised) -> None:
         assert probe["costs"]["map_load_s"] > 0.05  # ... and 123 ms a map load
         assert set(probe["findings"]) == {"reset_exclusive", "loads_shared", "reset_blocks_steps", "prepare_hides_load"}
         assert {"median", "mean", "spread", "n"} <= set(probe["figures"]["step_1"])
+    # VER's row of slot loops costs the broker its call and more: its per-slot work is measured, not 0 by default.
+    assert result["ver"]["row_s"] > 0 and result["ver"]["slot_s"] >= 0
     lengths = result["episode_lengths"]
     assert math.fsum(lengths["probabilities"]) == pytest.approx(1.0) and lengths["mean"] >= 1
     assert result["alpha"]["best"] in [g["alpha"] for g in result["alpha"]["grid"]]

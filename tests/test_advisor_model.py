@@ -232,6 +232,21 @@ def test_best_alpha_trades_padding_against_resets(reset_s, want) -> None:
     assert predictions[grid.index(alpha)].effective_throughput == max(p.effective_throughput for p in predictions)
 
 
+def test_ver_slot_work_takes_the_broker_thread_in_turn() -> None:
+    """Each VER slot-step's own work (`ver_slot_s`) queues on the broker's one thread: a row of n slots
+    on one server is one Step call, then n turns of that work; the lock-step modes do not pay it."""
+    n, s, v = 5, 0.004, 0.0002
+    base = Workload(EpisodeLengths.fixed(10_000), SimulatorCosts(step_s=s), servers=1, slots_per_server=n)
+    busy = dataclasses.replace(base, ver_slot_s=v)
+    horizon = Horizon(samples_per_iteration=n * 50, iterations=2, warmup_iterations=1)
+    assert predict(base, ModeSettings("ver"), horizon).effective_throughput == pytest.approx(n / s, rel=1e-9)
+    assert predict(busy, ModeSettings("ver"), horizon).effective_throughput == pytest.approx(n / (s + n * v), rel=1e-9)
+    for settings in LOCKSTEP:
+        assert predict(busy, settings, horizon) == predict(base, settings, horizon), settings.label
+    with pytest.raises(ValueError, match="ver_slot_s=-1"):
+        dataclasses.replace(base, ver_slot_s=-1)
+
+
 def test_settings_and_workloads_are_checked() -> None:
     with pytest.raises(ValueError, match="mode 'async' is unknown"):
         ModeSettings("async")

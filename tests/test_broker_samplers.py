@@ -285,6 +285,27 @@ def test_ver_steps_the_ready_slots_of_a_server_in_one_call() -> None:
     assert per_slot_calls == per_slot_stats.valid == 120
 
 
+def test_ver_steps_a_servers_live_slots_together_from_an_iterations_first_step() -> None:
+    """Live episodes carried into an iteration: its first call already waits for every slot of the
+    server, so 3 slots x 10 steps take 10 calls (the first slot used to step alone, and the split
+    could last)."""
+
+    async def go():
+        env = ScriptedLengthEnv([100, 100, 100])
+        async with scripted_pool(env) as (pool, runner):
+            sampler = make_sampler(
+                "ver", pool, runner, ClipDealer(50, holdout_every=0, seed=0), samples_per_iteration=30
+            )
+            await sampler.sample()  # the first: every slot resets, each on its own, and steps from then
+            before = pool.counters.step_calls
+            _, stats = await sampler.sample()
+            return pool.counters.step_calls - before, stats
+
+    calls, stats = asyncio.run(go())
+    assert stats.valid == 30 and stats.slot_resets == 0
+    assert calls == 10
+
+
 def test_ver_fills_budget_unevenly_without_padding() -> None:
     async def go():
         env = ScriptedLengthEnv([2, 30, 30])

@@ -30,7 +30,8 @@ inference batched over the slots waiting at that moment, steps batched per serve
 a server's call goes once every stepping slot of it has queued, or after 2 ms), each iteration a
 budget of steps. Prefetch deals and prepares a slot's next clip when its episode starts, as the
 samplers do. Inference occupies the broker's one thread for `inference_s + batch *
-inference_per_obs_s`; `call_s` adds a transport cost to every call.
+inference_per_obs_s`; `call_s` adds a transport cost to every call; and each VER slot-step takes
+`ver_slot_s` of the broker's thread (its coroutine's turn, the batchers' futures) once answered.
 
 An iteration is the samplers' own: until `samples_per_iteration` valid transitions (rounds end at
 the round that crossed it), then one bootstrap pass. Figures are over the measured iterations, after
@@ -122,6 +123,9 @@ class Workload:
     inference_s: float = 0.0  # one forward pass ...
     inference_per_obs_s: float = 0.0  # ... plus this per observation in it
     call_s: float = 0.0  # transport of each Step, Reset or Prepare call, on top of the server's time
+    # VER's own work for each slot-step beyond a lock-step row's (its coroutine, the batchers' futures),
+    # on the broker's thread: what makes VER slower than a lock-step loop where the simulator is cheap.
+    ver_slot_s: float = 0.0
     catalog: Catalog | None = None
 
     def __post_init__(self) -> None:
@@ -129,7 +133,7 @@ class Workload:
             raise ValueError(f"servers={self.servers}, slots_per_server={self.slots_per_server}: give >= 1 of each")
         if isinstance(self.costs, tuple) and len(self.costs) != self.servers:
             raise ValueError(f"{len(self.costs)} costs for {self.servers} servers: give one, or one per server")
-        for name in ("inference_s", "inference_per_obs_s", "call_s"):
+        for name in ("inference_s", "inference_per_obs_s", "call_s", "ver_slot_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}={getattr(self, name)!r}: seconds >= 0")
 
@@ -376,6 +380,9 @@ class _StepBatcher:
         self.active: dict[int, set[int]] = {}
         self.timers: dict[int, object] = {}
 
+    def enter(self, slot: int) -> None:
+        self.active.setdefault(int(self.run.slot_server[slot]), set()).add(slot)
+
     def leave(self, slot: int) -> None:
         server = int(self.run.slot_server[slot])
         self.active.get(server, set()).discard(slot)
@@ -466,7 +473,10 @@ class _Run:
         return -1 if self.dealer is None else int(self.clip_maps[clip])
 
     def infer(self, batch: int) -> Process:
-        seconds = self.workload.inference_s + batch * self.workload.inference_per_obs_s
+        yield from self.busy(self.workload.inference_s + batch * self.workload.inference_per_obs_s)
+
+    def busy(self, seconds: float) -> Process:
+        """`seconds` of work on the broker's one thread, in turn with the other work on it."""
         if seconds > 0:
             yield self.cpu.acquire()
             yield self.sim.timeout(seconds)
@@ -610,6 +620,9 @@ class _Run:
         budget, in_flight, waiting = [target], [0], []
         inference = _InferenceBatcher(self)
         batcher = _StepBatcher(self) if self.settings.ver_step_batching else None
+        if batcher is not None:  # every slot is about to step: the first call waits for its server's others
+            for s in self.driven.tolist():
+                batcher.enter(s)
 
         def leave(slot: int) -> None:
             if batcher is not None:
@@ -646,6 +659,7 @@ class _Run:
                     yield from self.step(one)
                 in_flight[0] -= 1
                 step_done()
+                yield from self.busy(self.workload.ver_slot_s)  # the slot's coroutine takes its answer
                 self.tally.transitions += 1
                 self.apply(one)
 

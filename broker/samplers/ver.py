@@ -195,6 +195,11 @@ class VerSampler:
         stats = IterationStats("ver", n)
         batcher = InferenceBatcher(self.runner)
         steps = StepBatcher(self.pool)
+        # Every slot is about to step (one that must reset first leaves at once): without this the first
+        # slot to ask would find itself its server's only active slot and step alone, and where a step
+        # outlasts the gather window the split lasts, each half waiting the window for the other.
+        for slot in self.slots.tolist():
+            steps.enter(slot)
         segments = [_Segment() for _ in range(n)]
         budget = [self.samples_per_iteration]
         step_s = np.zeros(n)

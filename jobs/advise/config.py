@@ -50,8 +50,10 @@ class AdviseConfig(Settings):
     )
     # What is measured, and how long.
     probe_repeats: int = Field(5, ge=1, le=50, description="Calls per timed figure of each server's probe.")
+    # 8,000: the modes with rounds end a round at the first of many episodes to end, so the model needs
+    # the lengths' lower tail; 2,000 (about 29 random-policy episodes) left it too thin (docs/advisor.md).
     length_samples: int = Field(
-        2000, ge=1, description="Valid transitions of the episode-length probe (autoreset, every clip)."
+        8000, ge=1, description="Valid transitions of the episode-length probe (autoreset, every clip)."
     )
     samples: int = Field(
         1024, ge=1, description="Valid transitions of a predicted iteration and of each validation run."

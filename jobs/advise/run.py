@@ -30,13 +30,15 @@ import numpy as np
 from broker.advisor.model import Catalog, Horizon, Prediction, Workload, best_alpha, rank, standard_modes
 from broker.advisor.probe import ProbeError, ServerProbe, length_probe_slots, probe_lengths, probe_server
 from broker.dealer import HOLDOUT_EVERY, ClipDealer
+from broker.samplers.ver import InferenceBatcher, StepBatcher
 from jobs.advise.config import DEFAULT_CLIPS, AdviseConfig
 from jobs.bench.config import EXTERNAL, MODES, SamplingBenchConfig
 from jobs.bench.harness import fixed_policies, measure_mode, runner_for, simulator_pool, spread_slots
 from jobs.bench.limits import Costs, Pattern, pattern_limit
 from jobs.external import ExternalSimulators, check_simulators
 
-# Lock-step rows timed for the broker's own part of a row (`_time_rows`).
+# Lock-step rows, and rows of VER's slot loops, timed for the broker's own part of a row (`_time_rows`,
+# `_time_ver_rows`).
 ROWS = 40
 # Forward passes timed per batch size for the model's inference cost (medians: a loaded machine's
 # late wake-ups are outliers).
@@ -134,6 +136,7 @@ async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | 
             },
             "inference": advice.inference,
             "call_s": {"one_call": advice.one_call_s, "row": advice.row_call_s, "used": workload.call_s},
+            "ver": {"row_s": advice.ver_row_s, "slot_s": workload.ver_slot_s},
             "episode_lengths": _lengths_record(workload.lengths),
             "alpha": {
                 "best": advice.alpha,
@@ -167,6 +170,7 @@ class Advice:
     inference: dict  # `_time_inference`'s
     one_call_s: float  # the probes' median call alone
     row_call_s: float  # the broker's part of a lock-step row (`_time_rows`)
+    ver_row_s: float  # the broker's part of a row of VER's slot loops (`_time_ver_rows`)
     workload: Workload
     alpha: float  # FAST's, by `best_alpha`
     grid: list[Prediction]  # `best_alpha`'s predictions, one per alpha
@@ -191,6 +195,7 @@ async def advise_on(
     inference = _time_inference(runner_for(pool, hidden, weights, cfg.seed), pool, math.ceil(clips / len(used)))
     one_call_s = float(np.median([probes[i].call_s for i in used]))
     row_call_s = await _time_rows(pool, runner_for(pool, hidden, weights, cfg.seed), slots, inference, cfg.seed)
+    ver_row_s = await _time_ver_rows(pool, runner_for(pool, hidden, weights, cfg.seed), slots, inference, cfg.seed)
     probe_s = time.perf_counter() - t0  # the servers, the forward pass and the rows
 
     t0 = time.perf_counter()
@@ -217,6 +222,9 @@ async def advise_on(
         inference_s=inference["inference_s"],
         inference_per_obs_s=inference["inference_per_obs_s"],
         call_s=max(one_call_s, row_call_s),
+        # What a VER row costs the broker beyond the one call's transport the model charges it anyway,
+        # shared by its slot-steps.
+        ver_slot_s=max(ver_row_s - max(one_call_s, row_call_s), 0.0) / slots.size,
         catalog=Catalog(maps, holdout_every=HOLDOUT_EVERY) if maps is not None else None,
     )
     horizon = Horizon(
@@ -251,6 +259,7 @@ async def advise_on(
         inference=inference,
         one_call_s=one_call_s,
         row_call_s=row_call_s,
+        ver_row_s=ver_row_s,
         workload=workload,
         alpha=alpha,
         grid=grid,
@@ -323,6 +332,39 @@ async def _time_rows(pool, runner, slots: np.ndarray, inference: dict, seed: int
         obs = result.observations.astype(np.float32, copy=False)
         ended = slots[result.terminated | result.truncated]
         if ended.size:  # untimed: the same clip again, whose map the server has cached
+            clips = np.zeros(ended.size, dtype=np.int64)
+            await pool.reset(ended, clips, np.array([next(seeds) for _ in ended], dtype=np.int64), batched=True)
+    return max(float(np.median(extra)), 0.0)
+
+
+async def _time_ver_rows(pool, runner, slots: np.ndarray, inference: dict, seed: int) -> float:
+    """The broker's own part of a row of VER's slot loops (seconds): every slot asks for its action and
+    its step from a coroutine of its own, through ver.py's InferenceBatcher and StepBatcher (one forward
+    pass, one unary Step call per server), less the slowest server's time and the pass's modelled time.
+    Against `_time_rows` it is what VER's per-slot coroutines and futures cost where a lock-step loop
+    handles the row as one array; the segments' bookkeeping (appends of a few scalars) is left out."""
+    actions, steps = InferenceBatcher(runner), StepBatcher(pool)
+    obs = np.zeros((slots.size, *pool.observation_space.shape), dtype=np.float32)
+    seeds = iter(range(seed * 1_000_003 + 600_000, seed * 1_000_003 + 700_000))
+
+    async def slot_step(i: int):
+        _, env_action, _, _ = await actions.act(obs[i])
+        return await steps.step(int(slots[i]), env_action)
+
+    extra = []
+    for _ in range(ROWS):
+        started = time.perf_counter()
+        answers = await asyncio.gather(*(slot_step(i) for i in range(slots.size)))
+        wall = time.perf_counter() - started
+        calls = {id(result): result for result, _ in answers}.values()
+        if any(result.failed.any() for result in calls):
+            raise ProbeError(f"a Step of slots {slots.tolist()} failed")
+        modelled = inference["inference_s"] + slots.size * inference["inference_per_obs_s"]
+        extra.append(wall - max(result.server_s for result in calls) - modelled)
+        obs = np.stack([result.observations[j] for result, j in answers]).astype(np.float32, copy=False)
+        done = np.array([bool(result.terminated[j] or result.truncated[j]) for result, j in answers])
+        ended = slots[done]
+        if ended.size:  # untimed, as in `_time_rows`
             clips = np.zeros(ended.size, dtype=np.int64)
             await pool.reset(ended, clips, np.array([next(seeds) for _ in ended], dtype=np.int64), batched=True)
     return max(float(np.median(extra)), 0.0)
