@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.options import PRESETS, checkpoint, count, counts, names, seed
-from jobs.advise.config import AdviseConfig
+from jobs.advise.config import SAMPLES_PER_10_CLIPS, AdviseConfig
 from jobs.advise.run import advise_on, bench_config, json_safe, measure_row
 from jobs.bench.harness import fixed_policies, runner_for, simulator_pool
 
@@ -175,11 +175,12 @@ def _number(value: float | None, spec: str = ".0f") -> str:
 def report(result: dict) -> str:
     cfg = result["config"]
     wall = result.get("wall_clock_s")
+    samples = cfg["samples"] or f"{SAMPLES_PER_10_CLIPS:,} per 10 clips (rounded up)"
     lines = [
         "# The advisor's ranking against measurement",
         "",
         f"`fast advise`'s probe and prediction, then every mode's row (its best predicted variant) measured with the "
-        f"real sampler: a warm-up iteration, then one of {cfg['samples']} valid transitions; {cfg['repeats']} "
+        f"real sampler: a warm-up iteration, then one of {samples} valid transitions; {cfg['repeats']} "
         f"repeat(s) interleaved in a shuffled order, median (min-max in brackets); {cfg['servers']} servers. "
         "Valid transitions per second." + (f" Whole run {wall / 60:.1f} min." if wall is not None else ""),
         "",
@@ -334,9 +335,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--clips", type=counts, default=list(CLIPS), help="clip counts, comma-separated")
     p.add_argument("--checkpoint", type=checkpoint, default=None, help="a fast train run's checkpoints: adds 'trained'")
     p.add_argument("--repeats", type=count, default=2, help="measurements of each row (median)")
-    samples = AdviseConfig.model_fields["samples"].default  # `fast advise`'s
     p.add_argument(
-        "--samples", type=count, default=samples, help="valid transitions of an iteration, as predicted and measured"
+        "--samples",
+        type=count,
+        default=None,
+        help=f"valid transitions of an iteration, as predicted and measured (`fast advise`'s default: "
+        f"{SAMPLES_PER_10_CLIPS} per 10 clips, rounded up)",
     )
     p.add_argument("--servers", type=_servers, default=2, help="sim-server processes per preset")
     p.add_argument("--seed", type=seed, default=0)

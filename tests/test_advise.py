@@ -78,6 +78,12 @@ def test_bad_settings_exit_2_naming_the_option(argv: list[str], message: str) ->
     assert message in result.output, result.output
 
 
+def test_an_iterations_samples_grow_with_the_clips_unless_given() -> None:
+    """1,024 valid transitions per 10 clips, rounded up: 30 clips get 3,072, not 34 rows' worth."""
+    assert [AdviseConfig().samples_for(c) for c in (4, 10, 11, 30)] == [1024, 1024, 2048, 3072]
+    assert AdviseConfig(samples=500).samples_for(30) == 500
+
+
 def test_a_simulator_name_that_does_not_resolve_exits_2_with_a_message() -> None:
     done = _advise("--simulators", "dns:///no-such-simulator.invalid:50051", timeout=60)
     assert done.returncode == 2, done.stderr

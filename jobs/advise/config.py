@@ -7,6 +7,7 @@ building the `fast` command line does not load them.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
@@ -22,6 +23,9 @@ DEFAULT_CLIPS = 10
 DEFAULT_SERVERS = 2
 # Settings that shape the servers `fast advise` starts itself: given with `simulators`, they are refused.
 SIMULATOR_SETTINGS = {"preset": "--preset", "servers": "--servers"}
+# An iteration's valid transitions, predicted and validated, per 10 clips: 1,024 over 30 clips is 34
+# rows, which one or two reset bursts decide (repeats spread 2.2x; docs/advisor.md).
+SAMPLES_PER_10_CLIPS = 1024
 
 
 class AdviseConfig(Settings):
@@ -55,8 +59,11 @@ class AdviseConfig(Settings):
     length_samples: int = Field(
         8000, ge=1, description="Valid transitions of the episode-length probe (autoreset, every clip)."
     )
-    samples: int = Field(
-        1024, ge=1, description="Valid transitions of a predicted iteration and of each validation run."
+    samples: int | None = Field(
+        None,
+        ge=1,
+        description="Valid transitions of a predicted iteration and of each validation run; unset: "
+        f"{SAMPLES_PER_10_CLIPS:,} per 10 clips, rounded up.",
     )
     warmup_steps: int = Field(
         50, ge=0, description="Steps per clip before a validation run's measured iteration (a warm-up iteration)."
@@ -64,6 +71,10 @@ class AdviseConfig(Settings):
     validate_top: int = Field(2, ge=0, le=6, description="The best predicted modes run briefly to check; 0 skips.")
     t_max: int = same_as(BrokerConfig, "t_max")
     seed: int = Field(0, ge=0, description="Seed of the probes, the model and the validation runs.")
+
+    def samples_for(self, clips: int) -> int:
+        """The iteration's valid transitions at `clips` clips: `samples`, or SAMPLES_PER_10_CLIPS per 10."""
+        return self.samples or SAMPLES_PER_10_CLIPS * math.ceil(clips / 10)
 
     @field_validator("simulators", mode="before")
     @classmethod

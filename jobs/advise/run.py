@@ -52,7 +52,7 @@ def bench_config(cfg: AdviseConfig, clips: int) -> SamplingBenchConfig:
         clips=(clips,),
         presets=(EXTERNAL,) if cfg.simulators else (cfg.preset,),
         servers=cfg.servers,
-        samples=cfg.samples,
+        samples=cfg.samples_for(clips),
         warmup_steps=cfg.warmup_steps,
         t_max=cfg.t_max,
         seed=cfg.seed,
@@ -94,7 +94,7 @@ async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | 
         t0 = time.perf_counter()
         validation = []
         for row in advice.rows[: cfg.validate_top]:
-            log(f"validating {row['label']} ({cfg.samples} valid transitions after a warm-up) ...")
+            log(f"validating {row['label']} ({cfg.samples_for(clips)} valid transitions after a warm-up) ...")
             summary = await measure_row(
                 cfg, bench, pool, runner_for(pool, hidden, weights, cfg.seed), row, clips, cfg.seed
             )
@@ -228,7 +228,7 @@ async def advise_on(
         catalog=Catalog(maps, holdout_every=HOLDOUT_EVERY) if maps is not None else None,
     )
     horizon = Horizon(
-        samples_per_iteration=cfg.samples,
+        samples_per_iteration=cfg.samples_for(clips),
         iterations=2,
         warmup_iterations=1,
         warmup_samples=max(cfg.warmup_steps * clips, 1),
@@ -284,7 +284,7 @@ async def measure_row(
         clips,
         seed,
         warmup_samples=max(cfg.warmup_steps * clips, 1),
-        samples=cfg.samples,
+        samples=cfg.samples_for(clips),
         locality=s["locality"],
         prefetch=s["prefetch"],
         truncation=s["truncation"],
