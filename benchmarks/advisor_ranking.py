@@ -175,12 +175,16 @@ def _number(value: float | None, spec: str = ".0f") -> str:
 def report(result: dict) -> str:
     cfg = result["config"]
     wall = result.get("wall_clock_s")
-    samples = cfg["samples"] or f"{SAMPLES_PER_10_CLIPS:,} per 10 clips (rounded up)"
+    samples = (
+        f"{cfg['samples']:,} valid transitions"
+        if cfg["samples"]
+        else (f"{SAMPLES_PER_10_CLIPS:,} valid transitions per 10 clips (rounded up)")
+    )
     lines = [
         "# The advisor's ranking against measurement",
         "",
         f"`fast advise`'s probe and prediction, then every mode's row (its best predicted variant) measured with the "
-        f"real sampler: a warm-up iteration, then one of {samples} valid transitions; {cfg['repeats']} "
+        f"real sampler: a warm-up iteration, then one of {samples}; {cfg['repeats']} "
         f"repeat(s) interleaved in a shuffled order, median (min-max in brackets); {cfg['servers']} servers. "
         "Valid transitions per second." + (f" Whole run {wall / 60:.1f} min." if wall is not None else ""),
         "",
