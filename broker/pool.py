@@ -125,6 +125,8 @@ class SimulatorPool(SlotNumbering):
         # [num_clips] map id of each clip, from the first server's Describe; empty when it did not say.
         self.clip_map_ids = np.zeros(0, dtype=np.int64)
         self.counters = PoolCounters()
+        # Channels a re-admission replaced, closing once the calls still on them end (_retire).
+        self._retiring: dict[SimulatorClient, asyncio.Task] = {}
 
     @property
     def use_stream(self) -> bool:
@@ -222,10 +224,11 @@ class SimulatorPool(SlotNumbering):
     async def _try_readmit(self, server: ServerHandle) -> bool:
         # A fresh channel (with its own subchannel pool, see open_channel): the old one may sit
         # in gRPC's own reconnect backoff and would fail fast even after the server came back.
-        await server.client.close()
-        server.client = SimulatorClient(
-            server.address, timeout_s=self.timeouts.describe_s, credentials=self.credentials
+        old, server.client = (
+            server.client,
+            SimulatorClient(server.address, timeout_s=self.timeouts.describe_s, credentials=self.credentials),
         )
+        self._retire(old)
         try:
             desc = await asyncio.wait_for(server.client.describe(), self.timeouts.describe_s)
             problem = (
@@ -375,21 +378,47 @@ class SimulatorPool(SlotNumbering):
         marked down), and the caller's slots on it failed."""
         if not server.up:
             return None
+        admission = server.readmissions
         try:
             # asyncio.timeout, not wait_for: no extra task per call on the step path.
             async with asyncio.timeout(timeout_s):
                 reply = await request()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise  # the caller is being cancelled: not the server's doing
+            # gRPC cancelled the call itself: its channel was closed under it. A failed call, not the
+            # caller's cancellation, which would end a whole iteration.
+            if server.readmissions == admission:
+                self._mark_down(server, "call cancelled: its channel was closed")
+            return None
         except _FAULTS as exc:
-            self._mark_down(server, _describe_error(exc))
+            if server.readmissions == admission:
+                self._mark_down(server, _describe_error(exc))
             return None
         except TensorError as exc:  # an answer whose tensors do not even decode
-            self._bad_answer(server, str(exc))
+            if server.readmissions == admission:
+                self._bad_answer(server, str(exc))
+            return None
+        if server.readmissions != admission:
+            # Sent before the server went down and came back: the answer of an admission that ended
+            # says nothing of this one (it is neither counted nor used; the slot resets, as all of
+            # after any failed call).
             return None
         why = problem(reply)
         if why:
             self._bad_answer(server, why)
             return None
         return reply
+
+    def _retire(self, client: SimulatorClient) -> None:
+        """Close a replaced channel once its calls end. Not at once: VER's other slots on the server
+        may have calls in flight on it, and closing a channel cancels its calls locally, which their
+        callers would take for their own task's cancellation. Each ends within its deadline."""
+        grace_s = max(self.timeouts.step_s, self.timeouts.reset_s)
+        task = asyncio.ensure_future(client.close(grace_s))
+        self._retiring[client] = task
+        task.add_done_callback(lambda _: self._retiring.pop(client, None))
 
     async def remove(self, address: str) -> ServerHandle:
         """Take the server at `address` out of the pool and close its channel; KeyError if it is not in it.
@@ -420,6 +449,10 @@ class SimulatorPool(SlotNumbering):
         for server in self.servers:
             StepTransport.drop(server)
             await server.client.close()
+        for client, task in list(self._retiring.items()):  # no grace left: their calls end now
+            task.cancel()
+            await client.close()
+        self._retiring.clear()
 
 
 def _take_capabilities(server: ServerHandle, desc: ServerDescription, *, first: bool) -> None:

@@ -175,8 +175,10 @@ class RpcClient:
     async def __aexit__(self, *exc) -> None:
         await self.close()
 
-    async def close(self) -> None:
-        await self._channel.close()
+    async def close(self, grace_s: float | None = None) -> None:
+        """Close the channel; calls still in flight end with their own answer within `grace_s`
+        (None: none, they are cancelled now)."""
+        await self._channel.close(grace_s)
 
     async def wait_ready(self, timeout_s: float = 10.0) -> None:
         """Wait until the channel connects; asyncio.TimeoutError after timeout_s."""

@@ -379,3 +379,35 @@ def test_register_simulator_answers_invalid_argument_for_a_malformed_address_bou
     # Well formed, nothing listening: UNAVAILABLE.
     aborted = asyncio.run(register("127.0.0.1:1"))
     assert aborted.code == grpc.StatusCode.UNAVAILABLE and "did not answer Describe" in aborted.details
+
+
+def test_a_call_in_flight_when_its_server_is_readmitted_fails_alone_and_is_not_counted() -> None:
+    """VER steps slots of one server concurrently: one call may still be in flight when another's
+    failure marks the server down and a re-admission replaces its channel. That call must fail as a
+    call (its slot resets) and must not count against the server it came back as. Closing the old
+    channel at once cancelled it locally, and the asyncio.CancelledError ended the whole iteration
+    (a fresh clone's CI saw it under VER with a misbehaving server)."""
+
+    async def go():
+        slow = Simulator(ScriptedLengthEnv([50, 50]), CostModel(CostModelConfig(step_latency_s=0.3)))
+        server, port, _ = await create_server(slow, "127.0.0.1:0", env_id="scripted")
+        pool = SimulatorPool(PoolTimeouts(step_s=5.0, reset_s=5.0, describe_s=5.0, backoff_initial_s=0.0))
+        try:
+            await pool.add(f"127.0.0.1:{port}")
+            handle = pool.servers[0]
+            slots, actions = np.arange(2), np.zeros((2, *pool.action_space.shape), np.float32)
+            assert not (await pool.reset(slots, np.arange(2), np.zeros(2, np.int64), batched=True)).failed.any()
+            in_flight = asyncio.ensure_future(pool.step(slots[:1], actions[:1], unary=True))
+            await asyncio.sleep(0.05)  # its Step is on the wire, 0.3 s to go
+            pool._mark_down(handle, "another slot's call failed")
+            assert await pool.readmit_due() == [handle]
+            stale = await in_flight  # answered by the old admission: failed, not raised
+            assert stale.failed.tolist() == [True]
+            assert handle.up and handle.faults == 1 and handle.bad_answers == 0
+            fresh = await pool.step(slots[1:], actions[1:], unary=True)  # the new channel works
+            assert fresh.failed.tolist() == [False]
+        finally:
+            await pool.close()
+            await server.stop(None)
+
+    asyncio.run(asyncio.wait_for(go(), 30))
