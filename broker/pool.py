@@ -33,6 +33,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TypeVar
 
 import grpc
@@ -389,25 +390,20 @@ class SimulatorPool(SlotNumbering):
                 raise  # the caller is being cancelled: not the server's doing
             # gRPC cancelled the call itself: its channel was closed under it. A failed call, not the
             # caller's cancellation, which would end a whole iteration.
-            if server.readmissions == admission:
-                self._mark_down(server, "call cancelled: its channel was closed")
-            return None
+            fault = partial(self._mark_down, server, "call cancelled: its channel was closed")
         except _FAULTS as exc:
-            if server.readmissions == admission:
-                self._mark_down(server, _describe_error(exc))
-            return None
+            fault = partial(self._mark_down, server, _describe_error(exc))
         except TensorError as exc:  # an answer whose tensors do not even decode
-            if server.readmissions == admission:
-                self._bad_answer(server, str(exc))
-            return None
+            fault = partial(self._bad_answer, server, str(exc))
+        else:
+            why = problem(reply)
+            fault = partial(self._bad_answer, server, why) if why else None
         if server.readmissions != admission:
-            # Sent before the server went down and came back: the answer of an admission that ended
-            # says nothing of this one (it is neither counted nor used; the slot resets, as all of
-            # after any failed call).
+            # Sent before the server went down and came back: whatever became of it says nothing of
+            # this admission (neither used nor counted; the slot resets, as after any failed call).
             return None
-        why = problem(reply)
-        if why:
-            self._bad_answer(server, why)
+        if fault is not None:
+            fault()
             return None
         return reply
 
