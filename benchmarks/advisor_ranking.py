@@ -30,8 +30,17 @@ Verdicts per configuration (preset, policy, clips), on the six rows' effective t
     within noise  every pair of modes the model orders otherwise than measurement has measured
                   figures within 10% of each other: |a - b| <= 0.10 max(a, b) (two modes that
                   close trade places between repeats; exact ranking is fragile there)
+    settled       every pair of modes that measurement settles, each repeat of one above each
+                  repeat of the other (their min-max ranges apart), is in the predicted order: the
+                  ranking asked of the model where measurement has one. With one repeat every pair is
+                  settled and this is `exact`; with three, two modes of equal speed are settled by
+                  chance one time in ten (either way), so a miss on one pair is weak evidence
     kendall tau   (concordant - discordant pairs) / (n (n - 1) / 2); 1 same order, -1 reversed
                   (tau-a: a tie in either is neither)
+    repeats' tau  beside the verdicts, not one of them: the mean Kendall tau between the orders of
+                  every two repeats (repeat i of every mode against repeat j), how far measurement
+                  reproduces its own order: the model cannot be held closer to one measurement than
+                  that measurement is to the next
     top-1         the predicted first is the measured first
     top two       for each of the predicted first two, |predicted - measured| <= 0.20 measured
 """
@@ -59,6 +68,7 @@ TOP_TWO = 0.20  # predicted within this share of measured, for the predicted fir
 VERDICTS = {
     "exact": "ranking exact",
     "within_noise": f"ranking within noise ({NOISE:.0%})",
+    "settled": "every pair measurement settles in the predicted order",
     "top1": "predicted top-1 is the measured top-1",
     "top_two": f"top two predicted within {TOP_TWO:.0%} of measured",
 }
@@ -96,10 +106,29 @@ def within_noise(a: float, b: float, share: float = NOISE) -> bool:
     return abs(a - b) <= share * max(abs(a), abs(b))
 
 
-def compare(predicted: dict[str, float], measured: dict[str, float]) -> dict:
-    """Every verdict of the module docstring for one configuration's rows."""
+def settled(a: list[float], b: list[float]) -> bool:
+    """Measurement settles the order of two modes: every repeat of one above every repeat of the other."""
+    return min(a) > max(b) or min(b) > max(a)
+
+
+def repeats_tau(runs: dict[str, list[float]]) -> float | None:
+    """Mean Kendall tau between the orders of every two repeats (repeat i of each mode); None under two."""
+    repeats = min(len(r) for r in runs.values())
+    taus = [
+        kendall_tau({k: r[i] for k, r in runs.items()}, {k: r[j] for k, r in runs.items()})
+        for i, j in combinations(range(repeats), 2)
+    ]
+    return float(np.mean(taus)) if taus else None
+
+
+def compare(
+    predicted: dict[str, float], measured: dict[str, float], runs: dict[str, list[float]] | None = None
+) -> dict:
+    """Every verdict of the module docstring for one configuration's rows; `runs`, each mode's figure per
+    repeat (repeat order), decides `settled` (without it, the medians: every pair settled)."""
     if set(predicted) != set(measured):
         raise ValueError(f"predicted {sorted(predicted)} and measured {sorted(measured)} name different modes")
+    runs = runs or {label: [figure] for label, figure in measured.items()}
     predicted_order, measured_order = order(predicted), order(measured)
     swapped = swapped_pairs(predicted, measured)
     top_two = {
@@ -115,7 +144,10 @@ def compare(predicted: dict[str, float], measured: dict[str, float]) -> dict:
         "exact": predicted_order == measured_order,
         "swapped": [list(p) for p in swapped],
         "within_noise": all(within_noise(measured[x], measured[y]) for x, y in swapped),
+        "settled": not any(settled(runs[x], runs[y]) for x, y in swapped),
+        "unsettled_pairs": sum(not settled(runs[x], runs[y]) for x, y in combinations(predicted, 2)),
         "kendall_tau": kendall_tau(predicted, measured),
+        "repeats_tau": repeats_tau(runs),
         "top1": predicted_order[0] == measured_order[0],
         "top_two": all(t["within"] for t in top_two.values()),
         "top_two_ratios": {label: t["ratio"] for label, t in top_two.items()},
@@ -128,11 +160,12 @@ def summarise(advice: list[dict], measurements: list[dict]) -> list[dict]:
     out = []
     for a in advice:
         key = (a["preset"], a["policy"], a["clips"])
-        predicted, modes = {}, {}
+        predicted, modes, per_repeat = {}, {}, {}
         for row in a["rows"]:
             label = mode_label(row["settings"])
             same = [m for m in measurements if (m["preset"], m["policy"], m["clips"], m["mode"]) == (*key, label)]
-            runs = [m["effective_throughput"] for m in same]
+            same.sort(key=lambda m: m.get("repeat", 0))
+            runs = per_repeat[label] = [m["effective_throughput"] for m in same]
             limits = [m["limit"] for m in same if m.get("limit") is not None]
             if not runs:
                 raise ValueError(f"{key}: {label} has no measurement")
@@ -146,7 +179,7 @@ def summarise(advice: list[dict], measurements: list[dict]) -> list[dict]:
                 # What the measured costs allow the pattern measured (jobs/bench/limits.py), beside it.
                 "limit": statistics.median(limits) if limits else None,
             }
-        verdicts = compare(predicted, {label: m["measured"] for label, m in modes.items()})
+        verdicts = compare(predicted, {label: m["measured"] for label, m in modes.items()}, per_repeat)
         for label, m in modes.items():
             m["ratio"] = m["measured"] / m["predicted"] if m["predicted"] > 0 else float("nan")
             m["predicted_rank"] = verdicts["predicted_order"].index(label) + 1
@@ -190,19 +223,24 @@ def report(result: dict) -> str:
         "",
         f"Rules: *exact*, the measured order is the predicted one; *within noise*, every pair of modes the model "
         f"orders otherwise than measurement has measured figures within {NOISE:.0%} of each other "
-        f"(|a - b| <= {NOISE:g} max(a, b)); *tau*, Kendall's tau-a of the two orders; *top-1*, the predicted "
-        f"first is the measured first; *top two*, each of the predicted first two has |predicted - measured| <= "
-        f"{TOP_TWO:g} measured (measured / predicted in brackets).",
+        f"(|a - b| <= {NOISE:g} max(a, b)); *settled*, every pair of modes whose repeats measurement puts apart "
+        "(each repeat of one above each repeat of the other) is in the predicted order (the pairs it leaves "
+        "unsettled in brackets, of 15 for six modes); *tau*, Kendall's tau-a of the two orders; *repeats' tau*, "
+        "the mean tau between every two repeats' orders (how far measurement reproduces itself); *top-1*, "
+        "the predicted first is the measured first; *top two*, each of the predicted first two has "
+        f"|predicted - measured| <= {TOP_TWO:g} measured (measured / predicted in brackets).",
         "",
-        "| preset | policy | clips | predicted order | measured order | exact | within noise | tau | top-1 | top two |",
-        "|---|---|---:|---|---|---|---|---:|---|---|",
+        "| preset | policy | clips | predicted order | measured order | exact | within noise | settled (unsettled) | "
+        "tau | repeats' tau | top-1 | top two |",
+        "|---|---|---:|---|---|---|---|---|---:|---:|---|---|",
     ]
     for s in result["summary"]:
         ratios = ", ".join(_number(r, ".2f") for r in s["top_two_ratios"].values())
         lines.append(
             f"| {s['preset']} | {s['policy']} | {s['clips']} | {' > '.join(s['predicted_order'])} | "
             f"{' > '.join(s['measured_order'])} | {_yes(s['exact'])} | {_yes(s['within_noise'])} | "
-            f"{_number(s['kendall_tau'], '.2f')} | {_yes(s['top1'])} | {_yes(s['top_two'])} ({ratios}) |"
+            f"{_yes(s['settled'])} ({s['unsettled_pairs']}) | {_number(s['kendall_tau'], '.2f')} | "
+            f"{_number(s['repeats_tau'], '.2f')} | {_yes(s['top1'])} | {_yes(s['top_two'])} ({ratios}) |"
         )
     lines += [
         "",
@@ -227,6 +265,15 @@ def report(result: dict) -> str:
     lines += ["", f"Targets, over {total} configuration(s):", ""]
     for name, text in VERDICTS.items():
         lines.append(f"- {text}: met in {counts[name]['met']}, missed in {counts[name]['missed']}")
+    taus = [s["kendall_tau"] for s in result["summary"] if s["kendall_tau"] is not None]
+    own = [s["repeats_tau"] for s in result["summary"] if s.get("repeats_tau") is not None]
+    if taus and own:
+        lines.append(
+            f"- Kendall tau, mean over configurations: the model against the medians {np.mean(taus):.2f}, "
+            f"one repeat against another {np.mean(own):.2f}"
+        )
+    if result.get("rescored_from"):
+        lines += ["", f"Verdicts recomputed from the measurements of {result['rescored_from']} (nothing re-measured)."]
     return "\n".join(lines) + "\n"
 
 
@@ -348,12 +395,39 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--servers", type=_servers, default=2, help="sim-server processes per preset")
     p.add_argument("--seed", type=seed, default=0)
+    p.add_argument(
+        "--rescore",
+        type=_ranking_json,
+        default=None,
+        help="a ranking.json already measured: its verdicts recomputed with this version's rules into --out, "
+        "nothing measured (the other options are ignored)",
+    )
     return p
+
+
+def _ranking_json(text: str) -> dict:
+    path = Path(text)
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text[:200]!r}: not a readable ranking.json ({type(exc).__name__})"
+        ) from None
+    if not isinstance(result, dict) or not {"config", "advice", "measurements"} <= set(result):
+        raise argparse.ArgumentTypeError(
+            f"{text[:200]!r}: give a ranking.json this benchmark wrote (config, advice, measurements)"
+        )
+    return {**result, "rescored_from": str(path)}
+
+
+def rescore(result: dict) -> dict:
+    """A measured result's verdicts recomputed from its advice and measurements."""
+    return {**result, "summary": json_safe(summarise(result["advice"], result["measurements"]))}
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parser().parse_args(argv)
-    result = json_safe(run(args))
+    result = rescore(args.rescore) if args.rescore else json_safe(run(args))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ranking.json").write_text(json.dumps(result, indent=1))
     text = report(result)

@@ -14,7 +14,9 @@ from benchmarks.advisor_ranking import (
     kendall_tau,
     main,
     parser,
+    repeats_tau,
     report,
+    settled,
     summarise,
     swapped_pairs,
     targets,
@@ -124,6 +126,33 @@ def test_top_two_is_predicted_within_twenty_percent_of_measured(predicted, measu
     assert verdict["top_two"] is within
 
 
+def test_a_pair_is_settled_when_every_repeat_of_one_is_above_every_repeat_of_the_other():
+    assert settled([10.0, 11.0, 12.0], [7.0, 8.0, 9.0]) and settled([7.0, 9.0], [10.0, 12.0])
+    assert not settled([10.0, 11.0, 12.0], [9.0, 8.0, 10.5])  # 10.5 above 10: the ranges overlap
+    assert not settled([10.0], [10.0])  # a tie settles nothing
+
+
+def test_a_swap_measurement_does_not_settle_keeps_the_settled_verdict():
+    predicted = {"ver": 1000.0, "fast+carry": 900.0, "sc": 100.0}
+    medians = {"ver": 800.0, "fast+carry": 1000.0, "sc": 100.0}  # swapped, 20% apart: beyond noise
+    overlapping = {"ver": [700.0, 800.0, 1050.0], "fast+carry": [750.0, 1000.0, 1100.0], "sc": [90.0, 100.0, 110.0]}
+    verdict = compare(predicted, medians, overlapping)
+    assert not verdict["within_noise"] and verdict["settled"] and verdict["unsettled_pairs"] == 1
+    apart = {**overlapping, "ver": [700.0, 720.0, 740.0]}  # every ver repeat below every fast+carry one
+    verdict = compare(predicted, medians, apart)
+    assert not verdict["settled"] and verdict["unsettled_pairs"] == 0
+    # Without repeats the medians are all there is: every pair is settled and the verdict is `exact`'s.
+    assert compare(predicted, medians)["settled"] is False
+    assert compare(predicted, {"ver": 1100.0, "fast+carry": 800.0, "sc": 90.0})["settled"] is True
+
+
+def test_repeats_tau_is_the_mean_agreement_of_every_two_repeats():
+    runs = {"a": [3.0, 3.0, 1.0], "b": [2.0, 2.0, 2.0], "c": [1.0, 1.0, 3.0]}  # repeat 2 reverses 0 and 1
+    # (0,1): 1; (0,2): -1; (1,2): -1
+    assert repeats_tau(runs) == pytest.approx(-1 / 3)
+    assert repeats_tau({"a": [1.0], "b": [2.0]}) is None
+
+
 def test_swapped_pairs_name_the_model_first():
     assert swapped_pairs({"x": 2.0, "y": 1.0}, {"x": 1.0, "y": 2.0}) == [("x", "y")]
     assert swapped_pairs({"x": 1.0, "y": 2.0}, {"x": 2.0, "y": 1.0}) == [("y", "x")]
@@ -175,17 +204,50 @@ def test_summary_takes_medians_ranks_each_mode_and_counts_the_targets():
     assert not parallel["exact"] and not parallel["within_noise"] and not parallel["top1"]
     assert not parallel["top_two"]  # fast+carry: |1000 - 500| > 0.2 x 500
     counts = targets([calibrated, parallel])
-    assert counts == {name: {"met": 1, "missed": 1} for name in ("exact", "within_noise", "top1", "top_two")}
+    assert counts == {name: {"met": 1, "missed": 1} for name in ("exact", "within_noise", "settled", "top1", "top_two")}
 
     result = {"config": {"samples": 1024, "repeats": 3, "servers": 2}, "summary": [calibrated, parallel]}
     text = report(json.loads(json.dumps(result)))
     assert "| parallel | random | 10 | fast+carry > ver > sc | ver > fast+carry > sc | no | no |" in text
-    assert text.rstrip().splitlines()[-4:] == [
+    assert text.rstrip().splitlines()[-5:] == [
         "- ranking exact: met in 1, missed in 1",
         "- ranking within noise (10%): met in 1, missed in 1",
+        "- every pair measurement settles in the predicted order: met in 1, missed in 1",
         "- predicted top-1 is the measured top-1: met in 1, missed in 1",
         "- top two predicted within 20% of measured: met in 1, missed in 1",
     ]
+    # sc was measured once in each: no two repeats of every mode to compare.
+    assert calibrated["repeats_tau"] is None and parallel["repeats_tau"] is None
+
+
+def test_rescore_recomputes_the_verdicts_of_a_saved_run_without_measuring(tmp_path):
+    advice = [_advice("parallel", {"fast+carry": 1000.0, "ver": 900.0, "sc": 100.0})]
+    measurements = (
+        _measured("parallel", "fast+carry", [500.0, 520.0])
+        + _measured("parallel", "ver", [1000.0, 990.0])
+        + _measured("parallel", "sc", [100.0, 90.0])
+    )
+    stale = {"config": {"samples": 1024, "repeats": 2, "servers": 2}, "advice": advice, "measurements": measurements}
+    saved = tmp_path / "old" / "ranking.json"
+    saved.parent.mkdir()
+    saved.write_text(json.dumps({**stale, "summary": [{"made by": "an older version"}]}))
+    result = main(["--rescore", str(saved), "--out", str(tmp_path / "new")])
+    (summary,) = result["summary"]
+    assert summary["settled"] is False and summary["measured_order"] == ["ver", "fast+carry", "sc"]
+    assert result["measurements"] == measurements and result["rescored_from"] == str(saved)
+    text = (tmp_path / "new" / "ranking.md").read_text()
+    assert f"Verdicts recomputed from the measurements of {saved}" in text
+    assert json.loads((tmp_path / "new" / "ranking.json").read_text())["summary"] == [summary]
+
+
+@pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"config": {}}'])
+def test_rescore_refuses_what_is_not_a_ranking_json(content, tmp_path, capsys):
+    path = tmp_path / "ranking.json"
+    path.write_text(content)
+    with pytest.raises(SystemExit) as exited:
+        parser().parse_args(["--out", str(tmp_path), "--rescore", str(path)])
+    assert exited.value.code == 2
+    assert "argument --rescore" in capsys.readouterr().err
 
 
 def test_summary_refuses_a_row_without_a_measurement():
