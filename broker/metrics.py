@@ -39,10 +39,13 @@ class IterationStats:
     closed_loop: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     # For --alpha auto (broker/advisor/auto_alpha.py), not in the summary: which of episode_lengths were
     # censored (cut or lost to a fault: they lasted at least that), the lengths of the episodes still
-    # running at the iteration's end, and each round's batched Reset (slots on its busiest server, wall s).
+    # running at the iteration's end, each of the rounds' batched Reset calls (slots in it, wall s: one a server),
+    # and each unpipelined lock-step row's (slots acting on its busiest server, wall s outside forward passes).
     episode_censored: list[bool] = field(default_factory=list)
     running_lengths: list[int] = field(default_factory=list)
     round_resets: list[tuple[int, float]] = field(default_factory=list)
+    row_steps: list[tuple[int, float]] = field(default_factory=list)
+    round_overheads: list[float] = field(default_factory=list)  # each such round's wall s outside them and its Resets
 
     def record_episode(self, length: int, cause: str, summary: pb.EpisodeSummary | None = None) -> None:
         self.episode_lengths.append(int(length))

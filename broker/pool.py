@@ -350,7 +350,9 @@ class SimulatorPool(SlotNumbering):
             if reply is None:
                 out.failed[positions] = True
                 return
-            server.reset_latency_s = moving_average(server.reset_latency_s, time.perf_counter() - started)
+            wall = time.perf_counter() - started
+            server.reset_latency_s = moving_average(server.reset_latency_s, wall)
+            out.call_walls.append((int(positions.size), wall))
             out.take(positions, reply.observations, reply.timing, self.counters)
 
         calls = []

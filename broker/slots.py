@@ -80,6 +80,7 @@ class PoolReset:
     failed: np.ndarray  # [k] bool
     server_s: float = 0.0
     calls: int = 0  # Reset calls sent
+    call_walls: list[tuple[int, float]] = field(default_factory=list)  # each answered call: (slots, wall s)
 
     @classmethod
     def zeros(cls, k: int, space: SpaceSpec) -> PoolReset:

@@ -19,6 +19,7 @@ from broker.advisor.model import (
     ModeSettings,
     SimulatorCosts,
     Workload,
+    _SlotEpisodes,
     best_alpha,
     predict,
     rank,
@@ -201,6 +202,47 @@ def test_a_map_cache_of_one_map_loads_it_once() -> None:
     p = predict(w, ModeSettings("autoreset"), Horizon(samples_per_iteration=400))
     assert p.cache_hit_rate == 1.0
     assert p.effective_throughput == pytest.approx(4 * 10 / (10 * 0.001 + 2 * 0.01))
+
+
+def test_each_slot_draws_its_episodes_from_its_own_stream() -> None:
+    """Common random numbers: a slot's k-th episode has the same length whatever order the slots were
+    reset in (so two alphas on one seed differ by their rules, not by which draw fell to which slot);
+    another seed gives other lengths, and the episode a steady start catches is per slot too."""
+    lengths = EpisodeLengths.from_sample(np.arange(5, 500, 7))
+    together = _SlotEpisodes(lengths, 4, seed=3)
+    apart = _SlotEpisodes(lengths, 4, seed=3)
+    firsts = together.next(np.arange(4))
+    seconds = together.next(np.array([2, 0]))
+    assert apart.next(np.array([2])).tolist() == [firsts[2]]
+    assert apart.next(np.array([2, 3, 1, 0])).tolist() == [seconds[0], firsts[3], firsts[1], firsts[0]]
+    assert apart.next(np.array([0])).tolist() == [seconds[1]]
+    many = together.next(np.repeat(np.arange(4), 100))  # past the first block of draws
+    assert np.isin(many, lengths.values).all() and np.unique(many).size > 10
+    assert _SlotEpisodes(lengths, 4, seed=4).next(np.arange(4)).tolist() != firsts.tolist()
+    total, age = together.in_progress(np.array([1, 3]))
+    again = apart.in_progress(np.array([3, 1]))
+    assert total.tolist() == again[0][::-1].tolist() and age.tolist() == again[1][::-1].tolist()
+    assert (age < total).all()
+
+
+def test_the_brokers_own_work_a_round_is_paid_once_a_round() -> None:
+    """`round_s` adds its time to every round of sgr and fast (more rounds at a lower alpha, so more of
+    it), and nothing to the modes without rounds."""
+    lengths = EpisodeLengths.from_sample(np.arange(10, 60, 5))
+    w = Workload(lengths, SimulatorCosts(step_s=0.001, reset_fixed_s=0.005), servers=2, slots_per_server=4)
+    horizon = Horizon(samples_per_iteration=800, iterations=2)
+    for settings in (ModeSettings("fast", alpha=0.2, t_max=100), ModeSettings("fast", alpha=1.0, t_max=100)):
+        free = predict(w, settings, horizon, seed=1)
+        paid = predict(dataclasses.replace(w, round_s=0.01), settings, horizon, seed=1)
+        rounds = round(free.global_resets_per_1k_valid * free.valid / 1000)
+        assert rounds > 0 and paid.valid == free.valid
+        assert paid.wall_s - free.wall_s == pytest.approx(rounds * 0.01)
+    for mode in ("autoreset", "ver"):
+        settings = ModeSettings(mode)
+        assert (
+            predict(dataclasses.replace(w, round_s=0.01), settings, horizon).wall_s
+            == predict(w, settings, horizon).wall_s
+        )
 
 
 def test_the_model_is_deterministic_for_a_seed_and_ranks_best_first() -> None:

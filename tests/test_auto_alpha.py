@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from broker.advisor.auto_alpha import AutoAlpha, IterationCosts, alpha_grid, fit_reset
+from broker.advisor.auto_alpha import AutoAlpha, IterationCosts, alpha_grid, fit_line
 from broker.advisor.lengths import EpisodeLengths
 from broker.advisor.model import SimulatorCosts, Workload, best_alpha
 from broker.config import BrokerConfig
@@ -94,10 +94,10 @@ def test_the_grid_is_the_bounds_and_the_standard_alphas_between() -> None:
 
 def test_a_rounds_reset_is_fitted_as_a_fixed_part_and_a_part_per_slot() -> None:
     rounds = [(k, 0.03 + 0.002 * k) for k in (1, 3, 2, 5, 4)]
-    assert fit_reset(rounds) == pytest.approx((0.03, 0.002))
-    assert fit_reset([(8, 0.05), (8, 0.07)]) == pytest.approx((0.06, 0.0))  # every slot every round: all fixed
-    assert fit_reset([(1, 0.001), (4, 0.004)]) == pytest.approx((0.0, 0.001))
-    assert fit_reset([]) == (0.0, 0.0)
+    assert fit_line(rounds) == pytest.approx((0.03, 0.002))
+    assert fit_line([(8, 0.05), (8, 0.07)]) == pytest.approx((0.06, 0.0))  # every slot every round: all fixed
+    assert fit_line([(1, 0.001), (4, 0.004)]) == pytest.approx((0.0, 0.001))
+    assert fit_line([]) == (0.0, 0.0)
 
 
 def test_the_costs_are_the_windows_per_row_and_per_pass() -> None:
@@ -105,6 +105,46 @@ def test_the_costs_are_the_windows_per_row_and_per_pass() -> None:
     costs = auto.measured_costs()
     assert costs.row_s == pytest.approx(ROW_S) and costs.inference_s == pytest.approx(1e-4)
     assert costs.reset_fixed_s == pytest.approx(0.05) and costs.reset_per_slot_s == pytest.approx(0.0)
+
+
+def test_a_rows_cost_is_split_into_a_fixed_part_and_a_part_per_acting_slot() -> None:
+    """Rows that step fewer slots (padded, as at high alpha) cost less: the slope comes from the rows,
+    the fixed part is what then makes the window's mean row, and the model's Step call gets both."""
+    auto = AutoAlpha(0.1, 1.0, servers=2, slots_per_server=4, t_max=100, samples_per_iteration=512)
+    rows = [(k, 0.001 + 0.0002 * k) for k in (1, 2, 3, 4, 4, 4)]  # mean k 3: a mean row of 1.6 ms
+    extra = 0.0003  # per row outside the rows' own walls (round opening, the batch): kept in the fixed part
+    wall = sum(w for _, w in rows) + len(rows) * extra
+    auto.observe(
+        IterationCosts(rows=len(rows), wall_s=wall, reset_wall_s=0.0, inference_s=0.0, row_steps=tuple(rows)), [], []
+    )
+    costs = auto.measured_costs()
+    assert costs.row_per_slot_s == pytest.approx(0.0002)
+    assert costs.row_s == pytest.approx(0.001 + extra)
+    sim = costs.simulator_costs()
+    assert sim.step_s == pytest.approx(costs.row_s) and sim.step_per_slot_s == pytest.approx(0.0002)
+    # A slope steeper than the mean row allows: the whole row per slot, nothing negative.
+    auto = AutoAlpha(0.1, 1.0, servers=1, slots_per_server=4, t_max=100, samples_per_iteration=512)
+    steep = ((1, 0.0001), (4, 0.01))
+    auto.observe(IterationCosts(rows=2, wall_s=0.002, reset_wall_s=0.0, inference_s=0.0, row_steps=steep), [], [])
+    costs = auto.measured_costs()
+    assert costs.row_s == 0.0 and costs.row_per_slot_s == pytest.approx(0.001 / 2.5)
+
+
+def test_a_rounds_own_work_is_the_windows_mean_and_leaves_the_rows() -> None:
+    auto = AutoAlpha(0.1, 1.0, servers=1, slots_per_server=4, t_max=100, samples_per_iteration=512)
+    rows = tuple((4, 0.002) for _ in range(100))
+    overheads = (0.001, 0.003)  # two rounds
+    wall = 100 * 0.002 + sum(overheads)
+    auto.observe(
+        IterationCosts(
+            rows=100, wall_s=wall, reset_wall_s=0.0, inference_s=0.0, row_steps=rows, round_overheads=overheads
+        ),
+        [],
+        [],
+    )
+    costs = auto.measured_costs()
+    assert costs.round_s == pytest.approx(0.002) and costs.row_s == pytest.approx(0.002)
+    assert auto.workload(costs, _uniform(5, 10)).round_s == pytest.approx(0.002)
 
 
 # --- the choice against brute force --------------------------------------------------------------

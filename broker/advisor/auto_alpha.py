@@ -4,12 +4,24 @@ this run, from the run's own measured costs and its own episode lengths (docs/ad
 What it reads, over a sliding window (the last `cost_iterations` iterations, the last
 `window_episodes` episodes), all of it what the lock-step sampler already measures:
 
-    a row          (sampling wall - Reset wall - forward passes) / rows: a lock-step row's Step as
+    a row          (sampling wall - Reset wall - forward passes - rounds' own work) / rows: a lock-step row's Step as
                    the broker waits it (the slowest server's call, transport, the broker's own work
-                   per row), one figure for every server
-    a round's Reset   wall = reset_fixed_s + k * reset_per_slot_s, k the slots reset on the busiest
-                   server: least squares over the window's rounds (both >= 0); when k did not vary
-                   (truncation `reset` resets every slot each round) the whole wall is the fixed part
+                   per row), split into a fixed part and a part per slot acting on the row's busiest
+                   server: the slope is least squares over the window's rows (each row's wall outside
+                   forward passes against its acting slots, >= 0), the fixed part what then makes the
+                   window's mean. Without the slope a padded row (few slots acting, as at high alpha)
+                   cost as much as a full one, which tilted every curve towards low alphas: predicted
+                   0.85 to 1.10 of measurement from alpha 0.1 to 1.0 under `calibrated`
+    a Reset call   wall = reset_fixed_s + k * reset_per_slot_s, k the slots in the call: least squares
+                   over the window's rounds' calls, one a server (both >= 0); when k did not vary
+                   (truncation `reset` resets every slot each round) the whole wall is the fixed part.
+                   Each call, not only each round's slowest: the other servers' calls widen the range
+                   of k the line is drawn through (a round of alpha 0.5 resets 3 or 4 slots on its
+                   busiest server, 1 to 4 on the others)
+    a round        its wall outside its rows, Reset calls and forward passes (opening and closing it,
+                   the truncation's bookkeeping), the window's mean: the model's `round_s`. Spread
+                   over the rows instead, it was charged by the row where it is paid by the round,
+                   too little at low alphas (a round every few rows) and too much at high ones
     a forward pass  forward-pass time / (rows * servers): the model runs one per server and row
     the lengths    Kaplan-Meier (lengths.py) over the window's episodes: ended by the env
                    (terminated, clip end) are events; cut by a global truncation, lost to a fault,
@@ -20,13 +32,16 @@ prepared loads and map-cache hits included), so the model runs without prefetch 
 rule: the model's effective throughput for each alpha of the grid (ALPHA_GRID's values inside
 [alpha_min, alpha_max] plus both ends), over a capped horizon (`Horizon`: every slot started
 mid-episode as a long run finds it, a warm-up iteration of at most WARMUP_SAMPLES valid transitions,
-then one measured of at most `max_samples`), every alpha on
-the same seeds (a paired comparison). One such curve is noisy: one seed's episodes spread its points
-by about 7% (CV), more than the neighbouring alphas differ, and a choice made on one jumps between
-them. So each decision plays `seeds_per_decision` fresh seeds, the curve it goes by is the mean of
-the last `smooth_decisions` decisions' curves (the policy moves slowly against that), and the alpha
-in force is kept unless another's smoothed prediction beats it by more than `margin`. Before anything
-is measured it answers `prior` (0.5, held inside the bounds).
+then MODEL_ITERATIONS measured of at most `max_samples`), every alpha on the same seed with each
+slot's episodes drawn from a stream of its own (model.py `_SlotEpisodes`), so the alphas' points
+differ by their rules, not by their draws. The curve is still noisy: with one measured iteration of
+1,024 transitions and the draws shared in reset order, one seed's point moved by 9% to 26% against
+alpha 0.5's (`calibrated`, 16 seeds), more than the neighbouring alphas differ, and choices jumped
+between alphas 0.4 and 1.0 whose measured throughputs are within 10%; with the streams and four
+iterations of 2,048 that spread is 2% to 6%. So each decision plays `seeds_per_decision` fresh seeds,
+the curve it goes by is the mean of the last `smooth_decisions` decisions' curves (the policy moves
+slowly against that), and the alpha in force is kept unless another's smoothed prediction beats it
+by more than `margin`. Before anything is measured it answers `prior` (0.5, held inside the bounds).
 
 Pure: no sockets, no asyncio; the broker (broker/run.py) feeds it each iteration's figures and
 applies its answer at the next boundary.
@@ -47,9 +62,10 @@ from broker.advisor.model import ALPHA_GRID, Horizon, SimulatorCosts, Workload, 
 PRIOR_ALPHA = 0.5  # before the run has measured anything (DPSA's default)
 WINDOW_EPISODES = 512  # episodes the length estimate reads: recent enough to follow a learning policy
 COST_ITERATIONS = 4  # iterations the costs are averaged over
-MAX_SAMPLES = 1024  # valid transitions of the model's measured iteration (at most): its cost per decision
+MAX_SAMPLES = 2048  # valid transitions of each of the model's measured iterations (at most) ...
+MODEL_ITERATIONS = 4  # ... and how many: with one seed the grid costs about 0.5 s here
 WARMUP_SAMPLES = 512  # ... and of its warm-up iteration, which brings carried episodes to a steady state
-SEEDS_PER_DECISION = 2  # model runs per alpha and decision (about 0.3 s each for the whole grid here)
+SEEDS_PER_DECISION = 1  # model runs per alpha and decision
 SMOOTH_DECISIONS = 4  # decisions whose curves are averaged
 MARGIN = 0.03  # another alpha must be predicted this much faster than the one in force to replace it
 
@@ -70,30 +86,39 @@ class IterationCosts:
     wall_s: float  # sampling wall time
     reset_wall_s: float  # of which awaiting Reset calls
     inference_s: float  # of which forward passes
-    round_resets: tuple[tuple[int, float], ...] = ()  # per round: (slots reset on the busiest server, wall s)
+    round_resets: tuple[tuple[int, float], ...] = ()  # per batched Reset call of a round: (slots in it, wall s)
+    row_steps: tuple[tuple[int, float], ...] = ()  # per row: (slots acting on the busiest server, wall s)
+    round_overheads: tuple[float, ...] = ()  # per round: its wall s outside its rows, Resets and forward passes
 
 
 @dataclass(frozen=True)
 class MeasuredCosts:
     """The run's costs as the model takes them (module docstring)."""
 
-    row_s: float
+    row_s: float  # a lock-step row's fixed part ...
     reset_fixed_s: float
     reset_per_slot_s: float
     inference_s: float  # one forward pass
+    row_per_slot_s: float = 0.0  # ... and its part per slot acting on the busiest server
+    round_s: float = 0.0  # the broker's own work a round outside its rows and Resets
 
     def simulator_costs(self) -> SimulatorCosts:
         return SimulatorCosts(
-            step_s=self.row_s, reset_fixed_s=self.reset_fixed_s, reset_per_slot_s=self.reset_per_slot_s, prepare=False
+            step_s=self.row_s,
+            step_per_slot_s=self.row_per_slot_s,
+            reset_fixed_s=self.reset_fixed_s,
+            reset_per_slot_s=self.reset_per_slot_s,
+            prepare=False,
         )
 
 
-def fit_reset(rounds: list[tuple[int, float]]) -> tuple[float, float]:
-    """(fixed, per slot) >= 0 with wall ~ fixed + k * per_slot over the rounds, least squares."""
-    if not rounds:
+def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """(fixed, per slot) >= 0 with wall ~ fixed + k * per_slot over the (k, wall) points, least squares
+    (a round's Reset against the slots it reset, a row against the slots acting in it)."""
+    if not points:
         return 0.0, 0.0
-    k = np.array([r[0] for r in rounds], dtype=float)
-    wall = np.array([r[1] for r in rounds], dtype=float)
+    k = np.array([r[0] for r in points], dtype=float)
+    wall = np.array([r[1] for r in points], dtype=float)
     if np.ptp(k) == 0:  # no spread: the split is not identified, and every round costs the same anyway
         return float(wall.mean()), 0.0
     slope = float(np.cov(k, wall, bias=True)[0, 1] / k.var())
@@ -136,6 +161,8 @@ class AlphaChoice:
         if self.costs is not None:
             out["costs_s"] = {
                 "row": self.costs.row_s,
+                "row_per_slot": self.costs.row_per_slot_s,
+                "round": self.costs.round_s,
                 "reset_fixed": self.costs.reset_fixed_s,
                 "reset_per_slot": self.costs.reset_per_slot_s,
                 "inference": self.costs.inference_s,
@@ -200,6 +227,8 @@ class AutoAlpha:
                 reset_wall_s=stats.reset_wall_s,
                 inference_s=stats.inference_s,
                 round_resets=tuple(stats.round_resets),
+                row_steps=tuple(stats.row_steps),
+                round_overheads=tuple(stats.round_overheads),
             ),
             list(zip(stats.episode_lengths, stats.episode_censored)),
             stats.running_lengths,
@@ -210,10 +239,19 @@ class AutoAlpha:
         if not self._costs:
             return None
         rows = sum(c.rows for c in self._costs)
-        per_row = sum(c.wall_s - c.reset_wall_s - c.inference_s for c in self._costs) / rows
+        overheads = [o for c in self._costs for o in c.round_overheads]
+        outside = sum(c.wall_s - c.reset_wall_s - c.inference_s for c in self._costs) - sum(overheads)
+        per_row = outside / rows
         inference = sum(c.inference_s for c in self._costs) / (rows * self.servers)
-        fixed, per_slot = fit_reset([r for c in self._costs for r in c.round_resets])
-        return MeasuredCosts(max(per_row, 0.0), fixed, per_slot, inference)
+        fixed, per_slot = fit_line([r for c in self._costs for r in c.round_resets])
+        rows_seen = [r for c in self._costs for r in c.row_steps]
+        _, row_per_slot = fit_line(rows_seen)
+        acting = float(np.mean([k for k, _ in rows_seen])) if rows_seen else 0.0
+        row_fixed = per_row - row_per_slot * acting
+        if row_fixed < 0 and acting > 0:  # the slope over-reaches the window's mean: all of it per slot
+            row_fixed, row_per_slot = 0.0, per_row / acting
+        round_s = float(np.mean(overheads)) if overheads else 0.0
+        return MeasuredCosts(max(row_fixed, 0.0), fixed, per_slot, inference, max(row_per_slot, 0.0), round_s)
 
     def lengths(self) -> tuple[EpisodeLengths | None, int, int]:
         """The Kaplan-Meier estimate of the window (None when it is empty), its episodes and censored ones."""
@@ -231,6 +269,7 @@ class AutoAlpha:
             servers=self.servers,
             slots_per_server=self.slots_per_server,
             inference_s=costs.inference_s,
+            round_s=costs.round_s,
         )
 
     def horizon(self) -> Horizon:
@@ -240,7 +279,7 @@ class AutoAlpha:
         # under-counted rounds and over-predicted low alphas by up to a third (docs/advisor.md).
         return Horizon(
             samples,
-            iterations=1,
+            iterations=MODEL_ITERATIONS,
             warmup_iterations=1,
             warmup_samples=min(samples, WARMUP_SAMPLES),
             steady_start=True,

@@ -126,6 +126,9 @@ class Workload:
     # VER's own work for each slot-step beyond a lock-step row's (its coroutine, the batchers' futures),
     # on the broker's thread: what makes VER slower than a lock-step loop where the simulator is cheap.
     ver_slot_s: float = 0.0
+    # sgr and fast: the broker's own work a round beyond its Reset calls, rows and forward passes (opening
+    # and closing it: the truncation's bookkeeping), on the broker's thread once a round.
+    round_s: float = 0.0
     catalog: Catalog | None = None
 
     def __post_init__(self) -> None:
@@ -133,7 +136,7 @@ class Workload:
             raise ValueError(f"servers={self.servers}, slots_per_server={self.slots_per_server}: give >= 1 of each")
         if isinstance(self.costs, tuple) and len(self.costs) != self.servers:
             raise ValueError(f"{len(self.costs)} costs for {self.servers} servers: give one, or one per server")
-        for name in ("inference_s", "inference_per_obs_s", "call_s", "ver_slot_s"):
+        for name in ("inference_s", "inference_per_obs_s", "call_s", "ver_slot_s", "round_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}={getattr(self, name)!r}: seconds >= 0")
 
@@ -423,6 +426,42 @@ class _StepBatcher:
             event.succeed()
 
 
+class _SlotEpisodes:
+    """Each slot's episode lengths, one stream a slot: the slot's k-th episode has the same length
+    whatever the mode, alpha or timing that brought it to its k-th reset (common random numbers).
+    Two settings played on one seed then differ by their rules alone, not by which draw fell to
+    which slot, and a comparison between them (best_alpha's curve) is paired: drawn from one shared
+    stream in reset order, the curve's points for one seed spread by 15% or more around their means
+    and as much against each other, so most of a decision's differences were the draws'."""
+
+    BLOCK = 64  # lengths drawn at once per slot (a draw per reset would cost a weighted choice each)
+
+    def __init__(self, lengths: EpisodeLengths, slots: int, seed: int) -> None:
+        self.lengths = lengths
+        self.rngs = [np.random.default_rng([seed, slot]) for slot in range(slots)]
+        self.buffers = [np.zeros(0, dtype=np.int64) for _ in range(slots)]
+        self.used = np.zeros(slots, dtype=np.int64)
+        # The episode a steady start catches in progress, per slot, from its own stream too.
+        steady = [lengths.sample_in_progress(np.random.default_rng([seed, slot, 1]), 1) for slot in range(slots)]
+        self.caught_total = np.array([t[0] for t, _ in steady], dtype=np.int64)
+        self.caught_age = np.array([a[0] for _, a in steady], dtype=np.int64)
+
+    def next(self, slots: np.ndarray) -> np.ndarray:
+        """The next episode length of each of these slots."""
+        out = np.empty(slots.size, dtype=np.int64)
+        for i, slot in enumerate(slots.tolist()):
+            if self.used[slot] == self.buffers[slot].size:
+                self.buffers[slot] = self.lengths.sample(self.rngs[slot], self.BLOCK)
+                self.used[slot] = 0
+            out[i] = self.buffers[slot][self.used[slot]]
+            self.used[slot] += 1
+        return out
+
+    def in_progress(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(whole length, steps already taken) of the episode each slot is caught in at a steady start."""
+        return self.caught_total[slots], self.caught_age[slots]
+
+
 class _Run:
     """One mode on one workload, from a common start, in simulated time."""
 
@@ -432,6 +471,7 @@ class _Run:
         self.workload, self.settings = workload, settings
         self.sim = Sim()
         self.rng = np.random.default_rng(seed)
+        self.episodes = _SlotEpisodes(workload.lengths, workload.num_slots, seed)
         self.cpu = Lock(self.sim)  # the broker's one thread: forward passes take turns on it
         self.servers = [_Server(self, workload.server_costs(i)) for i in range(workload.servers)]
         n = workload.num_slots
@@ -513,10 +553,10 @@ class _Run:
         yield self.sim.all_of(calls)
         self.live[slots] = True
         self.episode_len[slots] = 0
-        self.left[slots] = self.workload.lengths.sample(self.rng, slots.size)
+        self.left[slots] = self.episodes.next(slots)
         caught = slots[self.in_progress[slots]]
         if caught.size:
-            total, age = self.workload.lengths.sample_in_progress(self.rng, caught.size)
+            total, age = self.episodes.in_progress(caught)
             self.episode_len[caught], self.left[caught] = age, total - age
             self.in_progress[caught] = False
         self.tally.slot_resets += slots.size
@@ -612,6 +652,7 @@ class _Run:
                 cut = slots[self.live[slots]]
                 self.tally.lengths += self.episode_len[cut].tolist()
                 self.live[cut] = False
+            yield from self.busy(self.workload.round_s)
             if self.tally.valid >= target:
                 return
 

@@ -132,14 +132,19 @@ class LockstepSampler:
     def _up(self) -> np.ndarray:
         return self.pool.up_mask()[self.slots]
 
-    async def _reset(self, positions: np.ndarray, *, batched: bool, stats: IterationStats) -> np.ndarray:
-        """Reset slots (positions into self.slots) onto freshly dealt clips; returns which succeeded."""
+    async def _reset(
+        self, positions: np.ndarray, *, batched: bool, stats: IterationStats, calls_into: list | None = None
+    ) -> np.ndarray:
+        """Reset slots (positions into self.slots) onto freshly dealt clips; returns which succeeded
+        (and each answered call's (slots, wall s) into `calls_into`)."""
         if positions.size == 0:
             return np.zeros(0, dtype=bool)
         clips, seeds = self._clips_for(positions)
         started = time.perf_counter()
         result = await self.pool.reset(self.slots[positions], clips, seeds, batched=batched)
         stats.reset_wall_s += time.perf_counter() - started
+        if calls_into is not None:
+            calls_into.extend(result.call_walls)
         stats.reset_server_s += result.server_s
         stats.reset_calls += result.calls  # one per server when batched, unless a server takes one slot per call
         ok = ~result.failed
@@ -198,11 +203,7 @@ class LockstepSampler:
             await self._wait_for_a_server(stats)
         up = self._up()
         fresh = np.flatnonzero(up & ~self.live) if self.rule.carries else np.flatnonzero(up)
-        started = time.perf_counter()
-        ok = await self._reset(fresh, batched=True, stats=stats)
-        if fresh.size:
-            busiest = int(np.bincount(self.pool.slot_server[self.slots[fresh]]).max())
-            stats.round_resets.append((busiest, time.perf_counter() - started))
+        ok = await self._reset(fresh, batched=True, stats=stats, calls_into=stats.round_resets)
         await self._prepare_next(fresh[ok])  # their next clips load while this round steps
         if fresh.size or not self.rule.carries:
             stats.global_resets += 1
@@ -279,9 +280,19 @@ class LockstepSampler:
         (rounds.py) until the rule ends it, closed by a global truncation."""
         progress = (0, time.monotonic())
         while True:
+            started, reset_s, inference_s, rows = (
+                time.perf_counter(),
+                stats.reset_wall_s,
+                stats.inference_s,
+                len(stats.row_steps),
+            )
             await self._start_round(stats)
             last_row = await self.rounds.step(self.rule, recorder, stats)
             self._end_round(last_row, recorder, stats)
+            if len(stats.row_steps) > rows:  # an unpipelined round: the broker's own work outside its rows
+                inside = stats.reset_wall_s - reset_s + stats.inference_s - inference_s
+                inside += sum(w for _, w in stats.row_steps[rows:])
+                stats.round_overheads.append(max(time.perf_counter() - started - inside, 0.0))
             if stats.valid >= self.samples_per_iteration:
                 stats.running_lengths = self.episode_len[self.live].tolist()
                 return

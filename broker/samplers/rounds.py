@@ -268,7 +268,7 @@ class Rounds:
                 return recorder.num_rows - 1
             row = recorder.new_row()
             parts, values, env_actions = [], [], []
-            t0 = time.perf_counter()
+            row_started = t0 = time.perf_counter()
             for g, positions in groups.items():
                 idx = positions[acting[positions]]
                 if idx.size:
@@ -277,7 +277,8 @@ class Rounds:
                     parts.append(idx)
                     values.append(decision.values)
                     env_actions.append(decision.env_actions)
-            stats.inference_s += time.perf_counter() - t0
+            inference = time.perf_counter() - t0
+            stats.inference_s += inference
             idx = np.concatenate(parts)
             t0 = time.perf_counter()
             result = await self.pool.step(self.slots[idx], np.concatenate(env_actions))
@@ -285,5 +286,8 @@ class Rounds:
             stats.step_server_s += result.server_s
             stats.transitions += int(up.sum())  # every slot of an up server holds its place in the row
             ended = self._apply(recorder, stats, row, idx, result, np.concatenate(values))
-            if rule.round_over(ended=ended, live=self.live, done=self.done[members], steps=row - first + 1):
+            over = rule.round_over(ended=ended, live=self.live, done=self.done[members], steps=row - first + 1)
+            # The row's cost against how many slots acted on its busiest server (alpha auto fits one to the other).
+            stats.row_steps.append((max(p.size for p in parts), time.perf_counter() - row_started - inference))
+            if over:
                 return row
