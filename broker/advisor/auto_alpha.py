@@ -251,7 +251,14 @@ class AutoAlpha:
         if row_fixed < 0 and acting > 0:  # the slope over-reaches the window's mean: all of it per slot
             row_fixed, row_per_slot = 0.0, per_row / acting
         round_s = float(np.mean(overheads)) if overheads else 0.0
-        return MeasuredCosts(max(row_fixed, 0.0), fixed, per_slot, inference, max(row_per_slot, 0.0), round_s)
+        return MeasuredCosts(
+            row_s=max(row_fixed, 0.0),
+            reset_fixed_s=fixed,
+            reset_per_slot_s=per_slot,
+            inference_s=inference,
+            row_per_slot_s=max(row_per_slot, 0.0),
+            round_s=round_s,
+        )
 
     def lengths(self) -> tuple[EpisodeLengths | None, int, int]:
         """The Kaplan-Meier estimate of the window (None when it is empty), its episodes and censored ones."""

@@ -280,12 +280,8 @@ class LockstepSampler:
         (rounds.py) until the rule ends it, closed by a global truncation."""
         progress = (0, time.monotonic())
         while True:
-            started, reset_s, inference_s, rows = (
-                time.perf_counter(),
-                stats.reset_wall_s,
-                stats.inference_s,
-                len(stats.row_steps),
-            )
+            started, rows = time.perf_counter(), len(stats.row_steps)
+            reset_s, inference_s = stats.reset_wall_s, stats.inference_s
             await self._start_round(stats)
             last_row = await self.rounds.step(self.rule, recorder, stats)
             self._end_round(last_row, recorder, stats)
