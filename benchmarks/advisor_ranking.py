@@ -58,6 +58,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.options import PRESETS, checkpoint, count, counts, names, seed
+from broker.advisor.model import ModeSettings, predict
+from broker.advisor.records import horizon_from_record, horizon_record, workload_from_record, workload_record
 from jobs.advise.config import SAMPLES_PER_10_CLIPS, AdviseConfig
 from jobs.advise.run import advise_on, bench_config, json_safe, measure_row
 from jobs.bench.harness import fixed_policies, runner_for, simulator_pool
@@ -273,7 +275,12 @@ def report(result: dict) -> str:
             f"one repeat against another {np.mean(own):.2f}"
         )
     if result.get("rescored_from"):
-        lines += ["", f"Verdicts recomputed from the measurements of {result['rescored_from']} (nothing re-measured)."]
+        what = (
+            "Predictions made again by this version's model on the recorded inputs, and verdicts"
+            if result.get("repredicted")
+            else "Verdicts"
+        )
+        lines += ["", f"{what} recomputed from the measurements of {result['rescored_from']} (nothing re-measured)."]
     return "\n".join(lines) + "\n"
 
 
@@ -289,7 +296,7 @@ def _advise_config(args: argparse.Namespace, preset: str, clips: int) -> AdviseC
     )
 
 
-def _advice_record(preset: str, policy: str, clips: int, advice) -> dict:
+def _advice_record(preset: str, policy: str, clips: int, advice, seed: int) -> dict:
     return {
         "preset": preset,
         "policy": policy,
@@ -301,6 +308,13 @@ def _advice_record(preset: str, policy: str, clips: int, advice) -> dict:
         "inference": advice.inference,
         "timings_s": advice.timings_s,
         "rows": advice.rows,
+        # The model's inputs, so that a later model can be run on them against these measurements
+        # (`--repredict`); the seed is `fast advise`'s, the one every row was predicted with.
+        "model_inputs": {
+            "workload": workload_record(advice.workload),
+            "horizon": horizon_record(advice.horizon),
+            "seed": seed,
+        },
     }
 
 
@@ -316,7 +330,7 @@ async def _run_preset(args: argparse.Namespace, preset: str, log) -> tuple[list[
             for clips in args.clips:
                 started = time.perf_counter()
                 a = await advise_on(_advise_config(args, preset, clips), pool, clips, policy, hidden, weights, log)
-                advice.append(_advice_record(preset, policy, clips, a))
+                advice.append(_advice_record(preset, policy, clips, a, args.seed))
                 plan += [(policy, clips, row) for row in a.rows]
                 log(
                     f"{preset} {policy} clips={clips}: advised in {time.perf_counter() - started:.1f} s, "
@@ -402,6 +416,14 @@ def parser() -> argparse.ArgumentParser:
         help="a ranking.json already measured: its verdicts recomputed with this version's rules into --out, "
         "nothing measured (the other options are ignored)",
     )
+    p.add_argument(
+        "--repredict",
+        type=_ranking_json,
+        default=None,
+        help="a ranking.json already measured (with its model inputs): every row it measured predicted again by "
+        "this version's model on the inputs its probe recorded, and the verdicts recomputed into --out, "
+        "nothing measured (the other options are ignored)",
+    )
     return p
 
 
@@ -425,9 +447,45 @@ def rescore(result: dict) -> dict:
     return {**result, "summary": json_safe(summarise(result["advice"], result["measurements"]))}
 
 
+def repredict(result: dict) -> dict:
+    """A measured result with every row's prediction made again by this version's model, on the
+    workload, horizon and seed its probe recorded, for the variant it measured (its settings, alpha
+    included: the measurement is of that variant, whatever this model would now pick); the figures
+    the run itself predicted are kept as `recorded_effective_throughput`."""
+    advice = []
+    for a in result["advice"]:
+        inputs = a.get("model_inputs")
+        if inputs is None:
+            raise ValueError(
+                f"{a['preset']} {a['policy']} clips={a['clips']}: no model_inputs (measured before they were "
+                "recorded, 2026-12-06): measure it again, or use --rescore"
+            )
+        workload = workload_from_record(inputs["workload"])
+        horizon = horizon_from_record(inputs["horizon"])
+        rows = []
+        for row in a["rows"]:
+            p = predict(workload, ModeSettings(**row["settings"]), horizon, seed=int(inputs["seed"]))
+            recorded = row.get("recorded_effective_throughput", row["effective_throughput"])
+            rows.append({**row, **p.as_dict(), "recorded_effective_throughput": recorded})
+        advice.append({**a, "rows": rows})
+    return {
+        **result,
+        "advice": advice,
+        "repredicted": True,
+        "summary": json_safe(summarise(advice, result["measurements"])),
+    }
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parser().parse_args(argv)
-    result = rescore(args.rescore) if args.rescore else json_safe(run(args))
+    if args.rescore and args.repredict:
+        raise SystemExit("give --rescore or --repredict, not both")
+    if args.repredict:
+        result = json_safe(repredict(args.repredict))
+    elif args.rescore:
+        result = rescore(args.rescore)
+    else:
+        result = json_safe(run(args))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ranking.json").write_text(json.dumps(result, indent=1))
     text = report(result)

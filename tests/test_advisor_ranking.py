@@ -240,6 +240,15 @@ def test_rescore_recomputes_the_verdicts_of_a_saved_run_without_measuring(tmp_pa
     assert json.loads((tmp_path / "new" / "ranking.json").read_text())["summary"] == [summary]
 
 
+def test_repredict_refuses_a_run_measured_without_its_model_inputs(tmp_path):
+    advice = [_advice("parallel", {"fast+carry": 1000.0, "ver": 900.0, "sc": 100.0})]
+    measurements = _measured("parallel", "ver", [1000.0])
+    saved = tmp_path / "ranking.json"
+    saved.write_text(json.dumps({"config": {}, "advice": advice, "measurements": measurements}))
+    with pytest.raises(ValueError, match="no model_inputs .* use --rescore"):
+        main(["--repredict", str(saved), "--out", str(tmp_path / "new")])
+
+
 @pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"config": {}}'])
 def test_rescore_refuses_what_is_not_a_ranking_json(content, tmp_path, capsys):
     path = tmp_path / "ranking.json"
@@ -310,3 +319,18 @@ def test_a_tiny_run_measures_every_mode_the_advisor_ranks(tmp_path):
     text = (out / "ranking.md").read_text()
     assert "| off | random | 4 |" in text
     assert text.rstrip().splitlines()[-1].startswith("- top two predicted within 20% of measured: met in")
+
+    # The probe's inputs are recorded whole: the same model on them predicts every row to the last digit.
+    again = main(["--repredict", str(out / "ranking.json"), "--out", str(tmp_path / "again")])
+    assert again["summary"] == saved["summary"]
+    for row in again["advice"][0]["rows"]:
+        assert row["effective_throughput"] == row["recorded_effective_throughput"]
+    # ... and a changed input changes them: the model runs again, nothing is copied.
+    slower = json.loads((out / "ranking.json").read_text())
+    for costs in slower["advice"][0]["model_inputs"]["workload"]["costs"]:
+        costs["step_s"] += 0.01
+    (tmp_path / "slower.json").write_text(json.dumps(slower))
+    moved = main(["--repredict", str(tmp_path / "slower.json"), "--out", str(tmp_path / "moved")])
+    for row in moved["advice"][0]["rows"]:
+        assert row["effective_throughput"] < row["recorded_effective_throughput"]
+    assert "Predictions made again" in (tmp_path / "moved" / "ranking.md").read_text()

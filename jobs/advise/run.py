@@ -29,6 +29,7 @@ import numpy as np
 
 from broker.advisor.model import Catalog, Horizon, Prediction, Workload, best_alpha, rank, standard_modes
 from broker.advisor.probe import ProbeError, ServerProbe, length_probe_slots, probe_lengths, probe_server
+from broker.advisor.records import horizon_record, workload_record
 from broker.dealer import HOLDOUT_EVERY, ClipDealer
 from broker.samplers.ver import InferenceBatcher, StepBatcher
 from jobs.advise.config import DEFAULT_CLIPS, AdviseConfig
@@ -138,6 +139,12 @@ async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | 
             "call_s": {"one_call": advice.one_call_s, "row": advice.row_call_s, "used": workload.call_s},
             "ver": {"row_s": advice.ver_row_s, "slot_s": workload.ver_slot_s},
             "episode_lengths": _lengths_record(workload.lengths),
+            # What the model ran on, whole: `broker.advisor.records.workload_from_record` reads it back.
+            "model_inputs": {
+                "workload": workload_record(workload),
+                "horizon": horizon_record(advice.horizon),
+                "seed": cfg.seed,
+            },
             "alpha": {
                 "best": advice.alpha,
                 "grid": [
@@ -172,6 +179,7 @@ class Advice:
     row_call_s: float  # the broker's part of a lock-step row (`_time_rows`)
     ver_row_s: float  # the broker's part of a row of VER's slot loops (`_time_ver_rows`)
     workload: Workload
+    horizon: Horizon  # what the model ran: the warm-up and measured iterations
     alpha: float  # FAST's, by `best_alpha`
     grid: list[Prediction]  # `best_alpha`'s predictions, one per alpha
     rows: list[dict]  # a row per mode, its best variant, best first (`_row`)
@@ -261,6 +269,7 @@ async def advise_on(
         row_call_s=row_call_s,
         ver_row_s=ver_row_s,
         workload=workload,
+        horizon=horizon,
         alpha=alpha,
         grid=grid,
         rows=rows,
