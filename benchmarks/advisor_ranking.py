@@ -293,10 +293,11 @@ def _advise_config(args: argparse.Namespace, preset: str, clips: int) -> AdviseC
         checkpoint=args.checkpoint,
         samples=args.samples,
         seed=args.seed,
+        **({"model_seeds": args.model_seeds} if args.model_seeds else {}),
     )
 
 
-def _advice_record(preset: str, policy: str, clips: int, advice, seed: int) -> dict:
+def _advice_record(preset: str, policy: str, clips: int, advice, cfg: AdviseConfig) -> dict:
     return {
         "preset": preset,
         "policy": policy,
@@ -313,7 +314,8 @@ def _advice_record(preset: str, policy: str, clips: int, advice, seed: int) -> d
         "model_inputs": {
             "workload": workload_record(advice.workload),
             "horizon": horizon_record(advice.horizon),
-            "seed": seed,
+            "seed": cfg.seed,
+            "seeds": cfg.model_seeds,
         },
     }
 
@@ -329,8 +331,9 @@ async def _run_preset(args: argparse.Namespace, preset: str, log) -> tuple[list[
         for policy, (hidden, weights) in policies.items():
             for clips in args.clips:
                 started = time.perf_counter()
-                a = await advise_on(_advise_config(args, preset, clips), pool, clips, policy, hidden, weights, log)
-                advice.append(_advice_record(preset, policy, clips, a, args.seed))
+                cfg = _advise_config(args, preset, clips)
+                a = await advise_on(cfg, pool, clips, policy, hidden, weights, log)
+                advice.append(_advice_record(preset, policy, clips, a, cfg))
                 plan += [(policy, clips, row) for row in a.rows]
                 log(
                     f"{preset} {policy} clips={clips}: advised in {time.perf_counter() - started:.1f} s, "
@@ -410,6 +413,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--servers", type=_servers, default=2, help="sim-server processes per preset")
     p.add_argument("--seed", type=seed, default=0)
     p.add_argument(
+        "--model-seeds",
+        type=count,
+        default=None,
+        help=f"seeds each prediction is played on (fast advise's --model-seeds, default "
+        f"{AdviseConfig.model_fields['model_seeds'].default}); with --repredict, in place of those the run recorded",
+    )
+    p.add_argument(
         "--rescore",
         type=_ranking_json,
         default=None,
@@ -447,11 +457,12 @@ def rescore(result: dict) -> dict:
     return {**result, "summary": json_safe(summarise(result["advice"], result["measurements"]))}
 
 
-def repredict(result: dict) -> dict:
+def repredict(result: dict, seeds: int | None = None) -> dict:
     """A measured result with every row's prediction made again by this version's model, on the
     workload, horizon and seed its probe recorded, for the variant it measured (its settings, alpha
     included: the measurement is of that variant, whatever this model would now pick); the figures
-    the run itself predicted are kept as `recorded_effective_throughput`."""
+    the run itself predicted are kept as `recorded_effective_throughput`. `seeds`, when given, in
+    place of the seeds the run played each prediction on (1 where it recorded none)."""
     advice = []
     for a in result["advice"]:
         inputs = a.get("model_inputs")
@@ -464,7 +475,8 @@ def repredict(result: dict) -> dict:
         horizon = horizon_from_record(inputs["horizon"])
         rows = []
         for row in a["rows"]:
-            p = predict(workload, ModeSettings(**row["settings"]), horizon, seed=int(inputs["seed"]))
+            played = seeds or int(inputs.get("seeds", 1))
+            p = predict(workload, ModeSettings(**row["settings"]), horizon, seed=int(inputs["seed"]), seeds=played)
             recorded = row.get("recorded_effective_throughput", row["effective_throughput"])
             rows.append({**row, **p.as_dict(), "recorded_effective_throughput": recorded})
         advice.append({**a, "rows": rows})
@@ -481,7 +493,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.rescore and args.repredict:
         raise SystemExit("give --rescore or --repredict, not both")
     if args.repredict:
-        result = json_safe(repredict(args.repredict))
+        result = json_safe(repredict(args.repredict, args.model_seeds))
     elif args.rescore:
         result = rescore(args.rescore)
     else:

@@ -260,6 +260,26 @@ def test_the_model_is_deterministic_for_a_seed_and_ranks_best_first() -> None:
     assert _figures(predict(w, modes[3], horizon, seed=2)) != _figures(predict(w, modes[3], horizon, seed=1))
 
 
+def test_several_seeds_pool_their_runs_into_the_expected_figure() -> None:
+    # Pooled: the valid transitions and the wall of seeds 4, 5 and 6 summed, as one longer measurement.
+    lengths = EpisodeLengths.from_sample(np.arange(5, 80, 3))
+    costs = SimulatorCosts(step_s=0.0016, reset_fixed_s=0.027, map_load_s=0.123, hit_rate=0.5)
+    w = Workload(lengths, costs, servers=2, slots_per_server=5, inference_s=2e-4)
+    horizon, settings = Horizon(samples_per_iteration=256), ModeSettings("sgr")
+    alone = [predict(w, settings, horizon, seed=s) for s in (4, 5, 6)]
+    pooled = predict(w, settings, horizon, seed=4, seeds=3)
+    assert pooled.valid == sum(p.valid for p in alone) and pooled.wall_s == pytest.approx(sum(p.wall_s for p in alone))
+    assert pooled.effective_throughput == pytest.approx(pooled.valid / sum(p.wall_s for p in alone))
+    assert (
+        min(p.effective_throughput for p in alone)
+        < pooled.effective_throughput
+        < max(p.effective_throughput for p in alone)
+    )
+    assert predict(w, settings, horizon, seed=4, seeds=1) == alone[0]
+    with pytest.raises(ValueError, match="seeds=0: give >= 1"):
+        predict(w, settings, horizon, seeds=0)
+
+
 @pytest.mark.parametrize("reset_s, want", [(0.0, 0.2), (5.0, 1.0)])
 def test_best_alpha_trades_padding_against_resets(reset_s, want) -> None:
     """Half the episodes last 10 steps, half 200. Free resets: the earliest round end pads least,

@@ -68,6 +68,11 @@ class AdviseConfig(Settings):
     warmup_steps: int = Field(
         50, ge=0, description="Steps per clip before a validation run's measured iteration (a warm-up iteration)."
     )
+    # 8: one seed's figure is one draw of the horizon, as noisy as one measurement (sgr at 10 clips moved
+    # by 38% between seeds); the mean of 8 is the horizon's expected figure (docs/advisor.md).
+    model_seeds: int = Field(
+        8, ge=1, le=64, description="Seeds the model plays each prediction on (pooled: the expected figure)."
+    )
     validate_top: int = Field(2, ge=0, le=6, description="The best predicted modes run briefly to check; 0 skips.")
     t_max: int = same_as(BrokerConfig, "t_max")
     seed: int = Field(0, ge=0, description="Seed of the probes, the model and the validation runs.")

@@ -144,6 +144,7 @@ async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | 
                 "workload": workload_record(workload),
                 "horizon": horizon_record(advice.horizon),
                 "seed": cfg.seed,
+                "seeds": cfg.model_seeds,
             },
             "alpha": {
                 "best": advice.alpha,
@@ -243,7 +244,7 @@ async def advise_on(
     )
     t0 = time.perf_counter()
     log("predicting every mode ...")
-    alpha, grid = best_alpha(workload, t_max=cfg.t_max, horizon=horizon, seed=cfg.seed)
+    alpha, grid = best_alpha(workload, t_max=cfg.t_max, horizon=horizon, seed=cfg.seed, seeds=cfg.model_seeds)
     prefetches = (False, True) if all(pool.servers[i].prefetch for i in used) else (False,)
     localities = (False, True) if maps is not None else (False,)
     candidates = [
@@ -252,7 +253,7 @@ async def advise_on(
         for locality in localities
         for settings in standard_modes(alpha=alpha, t_max=cfg.t_max, prefetch=prefetch, locality=locality)
     ]
-    ranked = rank(workload, candidates, horizon, seed=cfg.seed)
+    ranked = rank(workload, candidates, horizon, seed=cfg.seed, seeds=cfg.model_seeds)
     predict_s = time.perf_counter() - t0
     limit_costs = _limit_costs(costs[0])
     rows, seen = [], set()
