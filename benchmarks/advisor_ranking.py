@@ -275,11 +275,11 @@ def report(result: dict) -> str:
             f"one repeat against another {np.mean(own):.2f}"
         )
     if result.get("rescored_from"):
-        what = (
-            "Predictions made again by this version's model on the recorded inputs, and verdicts"
-            if result.get("repredicted")
-            else "Verdicts"
-        )
+        what = "Verdicts"
+        if result.get("repredicted"):
+            seeds = result.get("repredicted_seeds")
+            on = f"{seeds} seed(s) each" if seeds else "the seeds each recorded"
+            what = f"Predictions made again by this version's model on the recorded inputs ({on}), and verdicts"
         lines += ["", f"{what} recomputed from the measurements of {result['rescored_from']} (nothing re-measured)."]
     return "\n".join(lines) + "\n"
 
@@ -484,6 +484,7 @@ def repredict(result: dict, seeds: int | None = None) -> dict:
         **result,
         "advice": advice,
         "repredicted": True,
+        "repredicted_seeds": seeds,
         "summary": json_safe(summarise(advice, result["measurements"])),
     }
 

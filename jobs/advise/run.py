@@ -39,8 +39,10 @@ from jobs.bench.limits import Costs, Pattern, pattern_limit
 from jobs.external import ExternalSimulators, check_simulators
 
 # Lock-step rows, and rows of VER's slot loops, timed for the broker's own part of a row (`_time_rows`,
-# `_time_ver_rows`).
-ROWS = 40
+# `_time_ver_rows`). 200: the median of 40 moved from 0.63 to 1.04 ms between back-to-back probes of
+# one quiet pool (`off`, 10 clips), that of 200 from 0.65 to 0.83; under `off` that figure is most of a
+# mode's time. About 1 s more under `off`, 2 to 3 s under the costly presets.
+ROWS = 200
 # Forward passes timed per batch size for the model's inference cost (medians: a loaded machine's
 # late wake-ups are outliers).
 INFERENCE_CALLS = 50
