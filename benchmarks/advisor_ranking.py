@@ -59,7 +59,7 @@ import numpy as np
 
 from benchmarks.options import PRESETS, checkpoint, count, counts, names, seed
 from broker.advisor.model import ModeSettings, predict
-from broker.advisor.records import horizon_from_record, horizon_record, workload_from_record, workload_record
+from broker.advisor.records import inputs_from_record, inputs_record
 from jobs.advise.config import SAMPLES_PER_10_CLIPS, AdviseConfig
 from jobs.advise.run import advise_on, bench_config, json_safe, measure_row
 from jobs.bench.harness import fixed_policies, runner_for, simulator_pool
@@ -311,12 +311,7 @@ def _advice_record(preset: str, policy: str, clips: int, advice, cfg: AdviseConf
         "rows": advice.rows,
         # The model's inputs, so that a later model can be run on them against these measurements
         # (`--repredict`); the seed is `fast advise`'s, the one every row was predicted with.
-        "model_inputs": {
-            "workload": workload_record(advice.workload),
-            "horizon": horizon_record(advice.horizon),
-            "seed": cfg.seed,
-            "seeds": cfg.model_seeds,
-        },
+        "model_inputs": inputs_record(advice.workload, advice.horizon, seed=cfg.seed, seeds=cfg.model_seeds),
     }
 
 
@@ -471,12 +466,10 @@ def repredict(result: dict, seeds: int | None = None) -> dict:
                 f"{a['preset']} {a['policy']} clips={a['clips']}: no model_inputs (measured before they were "
                 "recorded, 2026-12-06): measure it again, or use --rescore"
             )
-        workload = workload_from_record(inputs["workload"])
-        horizon = horizon_from_record(inputs["horizon"])
+        workload, horizon, seed, recorded_seeds = inputs_from_record(inputs)
         rows = []
         for row in a["rows"]:
-            played = seeds or int(inputs.get("seeds", 1))
-            p = predict(workload, ModeSettings(**row["settings"]), horizon, seed=int(inputs["seed"]), seeds=played)
+            p = predict(workload, ModeSettings(**row["settings"]), horizon, seed=seed, seeds=seeds or recorded_seeds)
             recorded = row.get("recorded_effective_throughput", row["effective_throughput"])
             rows.append({**row, **p.as_dict(), "recorded_effective_throughput": recorded})
         advice.append({**a, "rows": rows})

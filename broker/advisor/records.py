@@ -21,9 +21,7 @@ _STRUCTURED = ("lengths", "costs", "catalog")  # the Workload fields written as 
 
 def workload_record(workload: Workload) -> dict:
     costs = workload.costs if isinstance(workload.costs, tuple) else (workload.costs,)
-    scalars = {
-        f.name: getattr(workload, f.name) for f in fields(workload) if f.name not in ("lengths", "costs", "catalog")
-    }
+    scalars = {f.name: getattr(workload, f.name) for f in fields(workload) if f.name not in _STRUCTURED}
     catalog = workload.catalog
     return {
         **scalars,
@@ -69,3 +67,18 @@ def horizon_record(horizon: Horizon) -> dict:
 
 def horizon_from_record(record: dict) -> Horizon:
     return Horizon(**{f.name: record[f.name] for f in fields(Horizon) if f.name in record})
+
+
+def inputs_record(workload: Workload, horizon: Horizon, *, seed: int, seeds: int) -> dict:
+    """Everything one `predict` call takes but the mode: `model_inputs` in `fast advise --json` and ranking.json."""
+    return {"workload": workload_record(workload), "horizon": horizon_record(horizon), "seed": seed, "seeds": seeds}
+
+
+def inputs_from_record(record: dict) -> tuple[Workload, Horizon, int, int]:
+    """(workload, horizon, seed, seeds) of an `inputs_record`; seeds 1 where it has none (written before
+    the model played several)."""
+    try:
+        horizon, seed, seeds = horizon_from_record(record["horizon"]), int(record["seed"]), int(record.get("seeds", 1))
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not a model-inputs record: {type(exc).__name__} {str(exc)[:80]}") from None
+    return workload_from_record(record["workload"]), horizon, seed, seeds

@@ -29,7 +29,7 @@ import numpy as np
 
 from broker.advisor.model import Catalog, Horizon, Prediction, Workload, best_alpha, rank, standard_modes
 from broker.advisor.probe import ProbeError, ServerProbe, length_probe_slots, probe_lengths, probe_server
-from broker.advisor.records import horizon_record, workload_record
+from broker.advisor.records import inputs_record
 from broker.dealer import HOLDOUT_EVERY, ClipDealer
 from broker.samplers.ver import InferenceBatcher, StepBatcher
 from jobs.advise.config import DEFAULT_CLIPS, AdviseConfig
@@ -142,12 +142,7 @@ async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | 
             "ver": {"row_s": advice.ver_row_s, "slot_s": workload.ver_slot_s},
             "episode_lengths": _lengths_record(workload.lengths),
             # What the model ran on, whole: `broker.advisor.records.workload_from_record` reads it back.
-            "model_inputs": {
-                "workload": workload_record(workload),
-                "horizon": horizon_record(advice.horizon),
-                "seed": cfg.seed,
-                "seeds": cfg.model_seeds,
-            },
+            "model_inputs": inputs_record(workload, advice.horizon, seed=cfg.seed, seeds=cfg.model_seeds),
             "alpha": {
                 "best": advice.alpha,
                 "grid": [
