@@ -483,11 +483,15 @@ def repredict(result: dict, seeds: int | None = None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parser().parse_args(argv)
+    options = parser()
+    args = options.parse_args(argv)
     if args.rescore and args.repredict:
-        raise SystemExit("give --rescore or --repredict, not both")
+        options.error("give --rescore or --repredict, not both")
     if args.repredict:
-        result = json_safe(repredict(args.repredict, args.model_seeds))
+        try:
+            result = json_safe(repredict(args.repredict, args.model_seeds))
+        except ValueError as exc:  # a run measured without its inputs, or inputs this model cannot read
+            options.error(f"argument --repredict: {str(exc)[:300]}")
     elif args.rescore:
         result = rescore(args.rescore)
     else:

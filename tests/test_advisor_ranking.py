@@ -5,6 +5,7 @@ counts), bad options, and one tiny real run on sim-server processes."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -240,13 +241,24 @@ def test_rescore_recomputes_the_verdicts_of_a_saved_run_without_measuring(tmp_pa
     assert json.loads((tmp_path / "new" / "ranking.json").read_text())["summary"] == [summary]
 
 
-def test_repredict_refuses_a_run_measured_without_its_model_inputs(tmp_path):
+def test_repredict_refuses_a_run_measured_without_its_model_inputs(tmp_path, capsys):
     advice = [_advice("parallel", {"fast+carry": 1000.0, "ver": 900.0, "sc": 100.0})]
     measurements = _measured("parallel", "ver", [1000.0])
     saved = tmp_path / "ranking.json"
     saved.write_text(json.dumps({"config": {}, "advice": advice, "measurements": measurements}))
-    with pytest.raises(ValueError, match="no model_inputs .* use --rescore"):
+    with pytest.raises(SystemExit) as exited:
         main(["--repredict", str(saved), "--out", str(tmp_path / "new")])
+    assert exited.value.code == 2
+    assert re.search("argument --repredict: .* no model_inputs .* use --rescore", capsys.readouterr().err)
+    assert not (tmp_path / "new").exists()  # nothing written
+
+
+def test_rescore_and_repredict_together_are_refused(tmp_path, capsys):
+    saved = tmp_path / "ranking.json"
+    saved.write_text(json.dumps({"config": {}, "advice": [], "measurements": []}))
+    with pytest.raises(SystemExit) as exited:
+        main(["--repredict", str(saved), "--rescore", str(saved), "--out", str(tmp_path / "new")])
+    assert exited.value.code == 2 and "not both" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"config": {}}'])
