@@ -306,6 +306,7 @@ def _advice_record(preset: str, policy: str, clips: int, advice, cfg: AdviseConf
         "episode_length_mean": advice.workload.lengths.mean,
         "call_s": advice.workload.call_s,
         "ver_slot_s": advice.workload.ver_slot_s,
+        "row_server_s": advice.row.server_s,
         "inference": advice.inference,
         "timings_s": advice.timings_s,
         "rows": advice.rows,

@@ -27,6 +27,12 @@ class RolloutRecorder:
         self._bootstrap_obs: list[np.ndarray] = []
         self._bootstrap_known: dict[tuple[int, int], float] = {}
 
+    @classmethod
+    def for_spaces(cls, num_slots: int, observation_space, action_space) -> RolloutRecorder:
+        """A recorder for a pool's spaces (broker/slots.py): discrete actions as int64, others float32."""
+        act_dtype = np.int64 if action_space.kind == "discrete" else np.float32
+        return cls(num_slots, observation_space.shape, observation_space.dtype, action_space.shape, act_dtype)
+
     @property
     def num_rows(self) -> int:
         return len(self._rows["obs"])

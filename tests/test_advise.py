@@ -84,6 +84,19 @@ def test_an_iterations_samples_grow_with_the_clips_unless_given() -> None:
     assert AdviseConfig(samples=500).samples_for(30) == 500
 
 
+def test_a_step_costs_at_least_what_the_timed_rows_waited_for() -> None:
+    """`_row_slope`: the probe's slope where it is the larger; else the slope through the rows' server time."""
+    from broker.advisor.model import SimulatorCosts
+    from jobs.advise.run import RowTiming, _row_slope
+
+    costs = SimulatorCosts(step_s=0.3e-3, step_per_slot_s=0.0)
+    assert _row_slope(costs, RowTiming(broker_s=0.7e-3, server_s=0.44e-3), 15) == pytest.approx(0.01e-3)
+    assert _row_slope(costs, RowTiming(broker_s=0.7e-3, server_s=0.44e-3), 1) == 0.0  # one slot: no slope to fit
+    steep = SimulatorCosts(step_s=0.3e-3, step_per_slot_s=0.05e-3)
+    assert _row_slope(steep, RowTiming(broker_s=0.7e-3, server_s=0.44e-3), 15) == 0.05e-3
+    assert _row_slope(costs, RowTiming(broker_s=0.7e-3, server_s=0.2e-3), 15) == 0.0  # rows faster: never below 0
+
+
 def test_a_simulator_name_that_does_not_resolve_exits_2_with_a_message() -> None:
     done = _advise("--simulators", "dns:///no-such-simulator.invalid:50051", timeout=60)
     assert done.returncode == 2, done.stderr
@@ -140,6 +153,13 @@ def test_advise_json_holds_the_probes_and_every_mode_ranked(advised) -> None:
         assert {"median", "mean", "spread", "n"} <= set(probe["figures"]["step_1"])
     # VER's row of slot loops costs the broker its call and more: its per-slot work is measured, not 0 by default.
     assert result["ver"]["row_s"] > 0 and result["ver"]["slot_s"] >= 0
+    # A lock-step row of every server's slots costs each server's Step in the model at least what the rows
+    # timed waited for (`_row_slope`), and the broker's part of it is charged to every call.
+    k = result["workload"]["slots_per_server"]
+    assert result["row_server_s"] > 0.0015 and result["call_s"]["used"] >= result["call_s"]["row"] > 0
+    for probe in result["probes"].values():
+        costs = probe["costs"]
+        assert costs["step_s"] + (k - 1) * costs["step_per_slot_s"] >= result["row_server_s"] * (1 - 1e-9)
     lengths = result["episode_lengths"]
     assert math.fsum(lengths["probabilities"]) == pytest.approx(1.0) and lengths["mean"] >= 1
     assert result["alpha"]["best"] in [g["alpha"] for g in result["alpha"]["grid"]]

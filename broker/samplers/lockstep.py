@@ -238,9 +238,7 @@ class LockstepSampler:
     async def sample(self) -> tuple[dict[str, np.ndarray], IterationStats]:
         n = self.slots.size
         stats = IterationStats(self.mode, n)
-        space, act = self.pool.observation_space, self.pool.action_space
-        act_dtype = np.int64 if act.kind == "discrete" else np.float32
-        recorder = RolloutRecorder(n, space.shape, space.dtype, act.shape, act_dtype)
+        recorder = RolloutRecorder.for_spaces(n, self.pool.observation_space, self.pool.action_space)
         started = time.perf_counter()
         if self.rounds is not None:
             await self._sample_rounds(recorder, stats)

@@ -31,7 +31,7 @@ from broker.samplers.base import SamplingError
 if TYPE_CHECKING:
     from broker.dealer import ClipDealer
     from broker.policy_runner import PolicyRunner
-    from broker.slots import SlotPool
+    from broker.slots import PoolStep, SlotPool
 
 
 class InferenceBatcher:
@@ -143,7 +143,7 @@ class StepBatcher:
 
 
 @dataclass
-class _Segment:
+class Segment:
     """One slot's steps in this iteration."""
 
     obs: list = field(default_factory=list)
@@ -155,6 +155,18 @@ class _Segment:
     truncated: list = field(default_factory=list)
     bootstrap_obs: dict = field(default_factory=dict)  # step index -> obs to bootstrap from
     bootstrap_value: dict = field(default_factory=dict)  # step index -> known bootstrap value
+
+    def record(self, obs, action, logprob, value, result: PoolStep, j: int) -> tuple[bool, bool]:
+        """The step taken from `obs` (copied) with its answer, the `j`-th of `result`; (terminated, truncated)."""
+        self.obs.append(obs.copy())
+        self.actions.append(action)
+        self.logprobs.append(logprob)
+        self.values.append(value)
+        self.rewards.append(float(result.rewards[j]))
+        term, trunc = bool(result.terminated[j]), bool(result.truncated[j])
+        self.terminated.append(term)
+        self.truncated.append(trunc and not term)
+        return term, trunc
 
     def open_last(self) -> bool:
         return bool(self.obs) and not self.terminated[-1] and not self.truncated[-1]
@@ -200,7 +212,7 @@ class VerSampler:
         # outlasts the gather window the split lasts, each half waiting the window for the other.
         for slot in self.slots.tolist():
             steps.enter(slot)
-        segments = [_Segment() for _ in range(n)]
+        segments = [Segment() for _ in range(n)]
         budget = [self.samples_per_iteration]
         step_s = np.zeros(n)
         step_server_s = np.zeros(n)
@@ -281,14 +293,7 @@ class VerSampler:
                     self.live[s] = False
                     stats.faults += 1
                     continue
-                seg.obs.append(self.obs[s].copy())
-                seg.actions.append(action)
-                seg.logprobs.append(logprob)
-                seg.values.append(value)
-                seg.rewards.append(float(r.rewards[j]))
-                term, trunc = bool(r.terminated[j]), bool(r.truncated[j])
-                seg.terminated.append(term)
-                seg.truncated.append(trunc and not term)
+                term, trunc = seg.record(self.obs[s], action, logprob, value, r, j)
                 self.episode_len[s] += 1
                 self.obs[s] = r.observations[j]
                 if term or trunc:
@@ -318,7 +323,7 @@ class VerSampler:
         stats.reset_wall_s, stats.reset_server_s = reset_s.sum() / n, reset_server_s.sum() / n
         return batch, stats
 
-    def _concatenate(self, segments: list[_Segment]) -> dict[str, np.ndarray]:
+    def _concatenate(self, segments: list[Segment]) -> dict[str, np.ndarray]:
         space = self.pool.observation_space
         parts = [seg for seg in segments if seg.obs]
         batch = {

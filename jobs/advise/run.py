@@ -27,11 +27,21 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from broker.advisor.model import Catalog, Horizon, Prediction, Workload, best_alpha, rank, standard_modes
+from broker.advisor.model import (
+    Catalog,
+    Horizon,
+    Prediction,
+    SimulatorCosts,
+    Workload,
+    best_alpha,
+    rank,
+    standard_modes,
+)
 from broker.advisor.probe import ProbeError, ServerProbe, length_probe_slots, probe_lengths, probe_server
 from broker.advisor.records import inputs_record
 from broker.dealer import HOLDOUT_EVERY, ClipDealer
-from broker.samplers.ver import InferenceBatcher, StepBatcher
+from broker.recorder import RolloutRecorder
+from broker.samplers.ver import InferenceBatcher, Segment, StepBatcher
 from jobs.advise.config import DEFAULT_CLIPS, AdviseConfig
 from jobs.bench.config import EXTERNAL, MODES, SamplingBenchConfig
 from jobs.bench.harness import fixed_policies, measure_mode, runner_for, simulator_pool, spread_slots
@@ -138,7 +148,8 @@ async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | 
                 for j, i in enumerate(advice.used)
             },
             "inference": advice.inference,
-            "call_s": {"one_call": advice.one_call_s, "row": advice.row_call_s, "used": workload.call_s},
+            "call_s": {"one_call": advice.one_call_s, "row": advice.row.broker_s, "used": workload.call_s},
+            "row_server_s": advice.row.server_s,
             "ver": {"row_s": advice.ver_row_s, "slot_s": workload.ver_slot_s},
             "episode_lengths": _lengths_record(workload.lengths),
             # What the model ran on, whole: `broker.advisor.records.workload_from_record` reads it back.
@@ -174,7 +185,7 @@ class Advice:
     probes: dict[int, ServerProbe]  # per server used
     inference: dict  # `_time_inference`'s
     one_call_s: float  # the probes' median call alone
-    row_call_s: float  # the broker's part of a lock-step row (`_time_rows`)
+    row: RowTiming  # a lock-step row's broker part and server time (`_time_rows`)
     ver_row_s: float  # the broker's part of a row of VER's slot loops (`_time_ver_rows`)
     workload: Workload
     horizon: Horizon  # what the model ran: the warm-up and measured iterations
@@ -200,7 +211,7 @@ async def advise_on(
         probes[i] = await probe_server(pool, i, clip_map_ids=maps, repeats=cfg.probe_repeats, seed=cfg.seed + i)
     inference = _time_inference(runner_for(pool, hidden, weights, cfg.seed), pool, math.ceil(clips / len(used)))
     one_call_s = float(np.median([probes[i].call_s for i in used]))
-    row_call_s = await _time_rows(pool, runner_for(pool, hidden, weights, cfg.seed), slots, inference, cfg.seed)
+    row = await _time_rows(pool, runner_for(pool, hidden, weights, cfg.seed), slots, inference, cfg.seed)
     ver_row_s = await _time_ver_rows(pool, runner_for(pool, hidden, weights, cfg.seed), slots, inference, cfg.seed)
     probe_s = time.perf_counter() - t0  # the servers, the forward pass and the rows
 
@@ -216,21 +227,22 @@ async def advise_on(
     lengths_s = time.perf_counter() - t0
 
     costs = []
+    per_server = math.ceil(clips / len(used))
     for i in used:
         described = pool.servers[i].cost_model  # the map cache's size is not probed: Describe says it
         cache = {"map_cache_size": int(described.map_cache_size)} if described is not None else {}
-        costs.append(replace(probes[i].costs, **cache))
+        costs.append(replace(probes[i].costs, **cache, step_per_slot_s=_row_slope(probes[i].costs, row, per_server)))
     workload = Workload(
         lengths,
         tuple(costs),
         servers=len(used),
-        slots_per_server=math.ceil(clips / len(used)),
+        slots_per_server=per_server,
         inference_s=inference["inference_s"],
         inference_per_obs_s=inference["inference_per_obs_s"],
-        call_s=max(one_call_s, row_call_s),
+        call_s=max(one_call_s, row.broker_s),
         # What a VER row costs the broker beyond the one call's transport the model charges it anyway,
         # shared by its slot-steps.
-        ver_slot_s=max(ver_row_s - max(one_call_s, row_call_s), 0.0) / slots.size,
+        ver_slot_s=max(ver_row_s - max(one_call_s, row.broker_s), 0.0) / slots.size,
         catalog=Catalog(maps, holdout_every=HOLDOUT_EVERY) if maps is not None else None,
     )
     horizon = Horizon(
@@ -264,7 +276,7 @@ async def advise_on(
         probes=probes,
         inference=inference,
         one_call_s=one_call_s,
-        row_call_s=row_call_s,
+        row=row,
         ver_row_s=ver_row_s,
         workload=workload,
         horizon=horizon,
@@ -318,45 +330,70 @@ def _time_inference(runner, pool, batch: int) -> dict:
     return {"inference_s": max(one - per_obs, 0.0), "inference_per_obs_s": per_obs, "batch": batch}
 
 
-async def _time_rows(pool, runner, slots: np.ndarray, inference: dict, seed: int) -> float:
-    """The broker's own part of a lock-step row (seconds): a forward pass per server, then one Step
-    call per server at once, as the rounds make them (broker/samplers/rounds.py), less the slowest
-    server's time and the forward passes' modelled time. `probe_server`'s `call_s` is one call's alone;
-    a row of several servers' calls from one event loop costs the broker more (docs/advisor.md)."""
-    groups = [slots[pool.slot_server[slots] == s] for s in np.unique(pool.slot_server[slots])]
+@dataclass(frozen=True)
+class RowTiming:
+    """The broker's part of a row and the server time it waited for, each the mean over the rows
+    timed: a sampler's throughput pays the mean, a machine's late wake-ups and all (their medians
+    were 0.06 to 0.11 ms below it on a quiet `off` pool of 30 clips; docs/advisor.md)."""
+
+    broker_s: float  # wall less the slowest server's time and the forward passes' modelled time
+    server_s: float  # the slowest server's own time (the row waits for it)
+
+
+async def _time_rows(pool, runner, slots: np.ndarray, inference: dict, seed: int) -> RowTiming:
+    """A lock-step row as the rounds make it (broker/samplers/rounds.py): a forward pass per server,
+    each server's slots recorded into the batch (broker/recorder.py, as the lock-step loop records
+    them), one Step call per server at once, the outcomes recorded. `probe_server`'s `call_s` is one
+    call's alone; a row of several servers' calls from one event loop costs the broker more, and so
+    does recording its slots (docs/advisor.md)."""
+    groups = [np.flatnonzero(pool.slot_server[slots] == s) for s in np.unique(pool.slot_server[slots])]
     obs = np.zeros((slots.size, *pool.observation_space.shape), dtype=np.float32)
+    recorder = RolloutRecorder.for_spaces(slots.size, pool.observation_space, pool.action_space)
     seeds = iter(range(seed * 1_000_003 + 500_000, seed * 1_000_003 + 600_000))
-    extra = []
+    extra, served = [], []
     for _ in range(ROWS):
         started = time.perf_counter()
-        actions = np.concatenate([runner.act(obs[np.isin(slots, group)]).env_actions for group in groups])
-        result = await pool.step(slots, actions)
+        row = recorder.new_row()
+        actions = []
+        for group in groups:
+            decision = runner.act(obs[group])
+            recorder.put(row, group, obs[group], decision.actions, decision.logprobs, decision.values)
+            actions.append(decision.env_actions)
+        result = await pool.step(slots, np.concatenate(actions))
+        if not result.failed.any():
+            recorder.set_outcome(row, np.arange(slots.size), result.rewards, result.terminated)
         wall = time.perf_counter() - started
         if result.failed.any():
             raise ProbeError(f"a Step of slots {slots.tolist()} failed")
         modelled = sum(inference["inference_s"] + g.size * inference["inference_per_obs_s"] for g in groups)
         extra.append(wall - result.server_s - modelled)
+        served.append(result.server_s)
         obs = result.observations.astype(np.float32, copy=False)
         ended = slots[result.terminated | result.truncated]
         if ended.size:  # untimed: the same clip again, whose map the server has cached
             clips = np.zeros(ended.size, dtype=np.int64)
             await pool.reset(ended, clips, np.array([next(seeds) for _ in ended], dtype=np.int64), batched=True)
-    return max(float(np.median(extra)), 0.0)
+    return RowTiming(max(float(np.mean(extra)), 0.0), float(np.mean(served)))
 
 
 async def _time_ver_rows(pool, runner, slots: np.ndarray, inference: dict, seed: int) -> float:
-    """The broker's own part of a row of VER's slot loops (seconds): every slot asks for its action and
-    its step from a coroutine of its own, through ver.py's InferenceBatcher and StepBatcher (one forward
-    pass, one unary Step call per server), less the slowest server's time and the pass's modelled time.
-    Against `_time_rows` it is what VER's per-slot coroutines and futures cost where a lock-step loop
-    handles the row as one array; the segments' bookkeeping (appends of a few scalars) is left out."""
+    """The broker's part of a row of VER's slot loops (seconds, the mean over the rows): every slot
+    asks for its action and its step from a coroutine of its own, through ver.py's InferenceBatcher
+    and StepBatcher (one forward pass, one unary Step call per server), and appends its step to its
+    segment as ver.py does; less the slowest server's time and the pass's modelled time. Against
+    `_time_rows` it is what VER's per-slot coroutines and futures cost where a lock-step loop handles
+    the row as one array."""
     actions, steps = InferenceBatcher(runner), StepBatcher(pool)
     obs = np.zeros((slots.size, *pool.observation_space.shape), dtype=np.float32)
+    segments = [Segment() for _ in range(slots.size)]
     seeds = iter(range(seed * 1_000_003 + 600_000, seed * 1_000_003 + 700_000))
 
     async def slot_step(i: int):
-        _, env_action, _, _ = await actions.act(obs[i])
-        return await steps.step(int(slots[i]), env_action)
+        action, env_action, logprob, value = await actions.act(obs[i])
+        result, j = await steps.step(int(slots[i]), env_action)
+        if not result.failed[j]:
+            segments[i].record(obs[i], action, logprob, value, result, j)
+        return result, j
 
     extra = []
     for _ in range(ROWS):
@@ -374,7 +411,17 @@ async def _time_ver_rows(pool, runner, slots: np.ndarray, inference: dict, seed:
         if ended.size:  # untimed, as in `_time_rows`
             clips = np.zeros(ended.size, dtype=np.int64)
             await pool.reset(ended, clips, np.array([next(seeds) for _ in ended], dtype=np.int64), batched=True)
-    return max(float(np.median(extra)), 0.0)
+    return max(float(np.mean(extra)), 0.0)
+
+
+def _row_slope(costs: SimulatorCosts, rows: RowTiming, per_server: int) -> float:
+    """A server's Step cost per slot: the probe's, or what makes a call of the row's `per_server`
+    slots cost the server time the rows waited for, whichever is more. The probe's slope reads 0 below
+    its noise (NOISE_S), where 15 slots' steps still cost 0.05 ms more than one's on `off`; and a row
+    waits for the slower of its servers, whose mean is above either's median."""
+    if per_server < 2:
+        return costs.step_per_slot_s
+    return max(costs.step_per_slot_s, (rows.server_s - costs.step_s) / (per_server - 1))
 
 
 def _limit_costs(costs) -> Costs:
