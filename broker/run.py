@@ -30,7 +30,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import grpc
@@ -457,8 +457,10 @@ class BrokerRun:
     async def _iterate(self) -> None:
         started = time.perf_counter()
         version = self.runner.version
+        calls_before = replace(self.pool.counters)  # a copy: the iteration's calls are the difference
         batch, stats = await self._sampler.sample()
         sampling = stats.summary()
+        pool_calls = asdict(self.pool.counters.since(calls_before))
         self._modes.observe(self._sampler_mode, stats.valid, stats.wall_s, first_after_switch=self._fresh)
         self._fresh = False
         deciding = self._decide_next_alpha(stats)
@@ -485,6 +487,9 @@ class BrokerRun:
             "time": time.time(),
             "iteration_time_s": time.perf_counter() - started,
             **sampling,
+            # The servers' answers this iteration (step latency paid, map cache hits): with the costs,
+            # the limit they put on the pattern sampled (jobs/bench/limits.py `line_limit`).
+            "pool_calls": pool_calls,
             "learner": learner,
             "settings": self.settings.as_dict(),
         }

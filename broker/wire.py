@@ -53,6 +53,8 @@ def metrics_to_proto(metrics: Mapping) -> pb.IterationMetrics:
         message.episode_ends.CopyFrom(pb.EpisodeEnds(**{k: int(ends[k]) for k in _EPISODE_ENDS if k in ends}))
     for name, value in (metrics.get("closed_loop") or {}).items():
         message.closed_loop[name] = float(value)
+    if metrics.get("pool_calls") is not None:
+        message.pool_calls.CopyFrom(pb.PoolCalls(**metrics["pool_calls"]))
     if metrics.get("learner") is not None:
         message.learner.CopyFrom(learner_stats_to_proto(metrics["learner"]))
     if metrics.get("settings") is not None:
@@ -77,6 +79,9 @@ def metrics_from_proto(message: pb.IterationMetrics) -> dict:
         metrics["episode_ends"] = {k: getattr(message.episode_ends, k) for k in _EPISODE_ENDS}
         metrics["episode_ends"] = {k: v for k, v in metrics["episode_ends"].items() if v}
     metrics["closed_loop"] = dict(sorted(message.closed_loop.items()))
+    if message.HasField("pool_calls"):
+        fields = pb.PoolCalls.DESCRIPTOR.fields
+        metrics["pool_calls"] = {f.name: getattr(message.pool_calls, f.name) for f in fields}
     if message.HasField("learner"):
         metrics["learner"] = learner_stats_from_proto(message.learner)
     if message.HasField("settings"):

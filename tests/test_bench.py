@@ -470,3 +470,32 @@ def test_bench_train_runs_mode_auto_and_counts_the_iterations_it_sampled_in_each
     ]
     (row,) = summarize(records, TrainBenchConfig(modes=("auto",), seeds=2))
     assert row["iterations_per_mode"] == {"fast": 15, "ver": 3, "autoreset": 2}
+
+
+def test_a_runs_sampling_is_set_against_what_its_simulators_allow(tmp_path: Path) -> None:
+    """`sampling_against_limit`: sampling seconds and valid / limit summed over the iterations that
+    carry `pool_calls`; the bound that binds most; and the summary's medians and report cells."""
+    from jobs.bench.limits import costs_from_describe
+    from jobs.bench.train import _limit_cells, sampling_against_limit
+    from sim_server.cost_model import PRESETS
+
+    calls = dict(step_calls=200, step_server_s=0.4, reset_calls=1, reset_slots=8, map_loads=0, map_cache_hits=8)
+    line = {"num_slots": 10, "validity": 0.8, "valid_transitions": 800, "sampling_time_s": 0.5, "pool_calls": calls}
+    older = {k: v for k, v in line.items() if k != "pool_calls"}
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps(x) + "\n" for x in (line, line, older)))
+    got = sampling_against_limit(metrics, costs_from_describe(PRESETS["calibrated"]), servers=2)
+    # Every map cached: the step bound, 0.8 * 10 / 2 ms = 4,000 valid/s: 800 valid take 0.2 s at least.
+    assert got == {
+        "sampling_s": 1.0,
+        "limit_sampling_s": pytest.approx(0.4),
+        "limit_binding": "step",
+        "limited_iterations": 2,
+        "iterations": 3,
+    }
+    records = [{**_record("fast", s, True, 40.0), "sampling_limit": {**got, "sampling_s": 1.0 + s}} for s in range(3)]
+    (row,) = summarize(records, TrainBenchConfig(modes=("fast",), seeds=3))
+    assert row["sampling_s_median"] == 2.0 and row["limit_sampling_s_median"] == pytest.approx(0.4)
+    assert _limit_cells(row, lambda v, d=1: f"{v:.{d}f}") == "2.0 | 0.4 (step) | 0.20"
+    (old,) = summarize([_record("fast", 0, True, 40.0)], TrainBenchConfig(modes=("fast",), seeds=1))
+    assert old["limit_sampling_s_median"] is None and _limit_cells(old, str) == "- | - | -"  # a run before the limit

@@ -190,6 +190,13 @@ def test_bench_train_on_external_simulators_runs_each_mode_and_evaluates_checkpo
     assert {row["mode"] for row in bench["summary"]} == {"sc", "fast"}
     report = (out / "train.md").read_text()
     assert "external simulators" in report and "| fast | 1 | 1 |" in report
+    # Each mode's sampling beside the least its simulators allow: their costs unknown, the step bound,
+    # which every iteration of 4 met (sampling took longer than valid / limit).
+    for record in bench["runs"]:
+        limit = record["sampling_limit"]
+        assert limit["limited_iterations"] == limit["iterations"] == 4 and limit["limit_binding"] == "step"
+        assert 0 < limit["limit_sampling_s"] < limit["sampling_s"]
+    assert "their limit is the step bound alone" in report and " (step) | " in report
     assert (out / "train_curves.png").stat().st_size > 0
     _assert_still_serving(external)
     # --report-only rewrites the report from train.json, training nothing.

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from jobs.bench.limits import Costs, Pattern, costs_from_describe, pattern_limit
+from jobs.bench.limits import Costs, Pattern, costs_from_describe, line_limit, pattern_limit
 from sim_server.cost_model import PRESETS
 
 CALIBRATED = costs_from_describe(PRESETS["calibrated"])
@@ -73,6 +73,25 @@ def test_resets_that_stop_steps_add_the_engine_time_to_the_step_time() -> None:
     # Fixed parts that do not queue may overlap one another: no sum of them bounds the steps.
     overlapping = Costs(0.027, reset_fixed_exclusive=False, map_load_shared=False, reset_blocks_steps=True)
     assert "step+engine" not in pattern_limit(overlapping, pattern).bounds
+
+
+def _line(**calls) -> dict:
+    """A broker's metrics.jsonl line (broker/run.py) of 800 valid transitions in 1,000 over 10 slots."""
+    counts = dict(step_calls=200, step_server_s=0.4, reset_calls=1, reset_slots=8, map_loads=2, map_cache_hits=6)
+    return {"num_slots": 10, "validity": 0.8, "valid_transitions": 800, "pool_calls": {**counts, **calls}}
+
+
+def test_a_runs_metrics_line_gives_the_limit_of_the_pattern_it_sampled() -> None:
+    # 200 Step calls (100 rows over 2 servers) took 0.4 s of server time: 2 ms a call; 8 resets of which
+    # 2 loaded their map, in one Reset call per 800 valid transitions.
+    got = line_limit(_line(), CALIBRATED, servers=2)
+    want = pattern_limit(CALIBRATED, _pattern(resets_per_valid=0.01, reset_calls_per_valid=1 / 800, hit_rate=0.75))
+    assert got == want and got.bounds["step"] == pytest.approx(4000.0)
+    assert line_limit(_line(map_loads=0, map_cache_hits=0), CALIBRATED, 2) == pattern_limit(
+        CALIBRATED, _pattern(resets_per_valid=0.01, reset_calls_per_valid=1 / 800, hit_rate=0.0)
+    )  # servers that count no map: every reset loads (as `fast bench sampling` takes it)
+    assert line_limit({k: v for k, v in _line().items() if k != "pool_calls"}, CALIBRATED, 2) is None  # older runs
+    assert line_limit(_line(step_calls=0), CALIBRATED, 2) is None
 
 
 def test_no_costs_and_no_latency_leave_no_finite_bound() -> None:

@@ -31,11 +31,12 @@ from fast import auth
 from fast.config import ConfigError, resolve_config
 from fast.rpc import Credentials, open_blocking_channel
 from fast.v1 import broker_pb2, broker_pb2_grpc
+from jobs.bench.limits import costs_from_describe, line_limit
 from jobs.cli import app
 from jobs.train.config import ENV_PREFIX, TrainConfig
 from jobs.train.report import PLOTS, ReportError, write_report
 from learner.policy import export_weights
-from sim_server.cost_model import CostModel, cost_model_config
+from sim_server.cost_model import PRESETS, CostModel, cost_model_config
 from sim_server.environments import make_env
 from sim_server.simulator import Simulator
 from sim_server.takeover.metrics import METRIC_NAMES
@@ -133,6 +134,13 @@ def test_train_writes_the_run_directory_and_stops_every_process(tmp_path: Path, 
 
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["iteration"] for m in lines] == [1, 2] and all(m["mode"] == mode for m in lines)
+    # Each line holds the servers' answers of its iteration, and the limit they and the preset's costs put
+    # on the pattern sampled is one the iteration did not beat (jobs/bench/limits.py `line_limit`).
+    costs = costs_from_describe(PRESETS[config["train"]["cost_preset"]])
+    assert lines[0]["pool_calls"]["reset_slots"] >= 4  # the first round resets every slot
+    for m in lines:
+        assert m["pool_calls"]["step_calls"] > 0
+        assert line_limit(m, costs, servers=2).limit >= m["effective_throughput"]
     assert list((run_dir / "tb").glob("events.out.tfevents.*"))
     assert list((run_dir / "checkpoints").glob("ckpt-*.pt"))
 

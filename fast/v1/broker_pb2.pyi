@@ -123,7 +123,7 @@ class SettingChange(_message.Message):
     def __init__(self, name: _Optional[str] = ..., old_value: _Optional[float] = ..., new_value: _Optional[float] = ..., old_text: _Optional[str] = ..., new_text: _Optional[str] = ...) -> None: ...
 
 class IterationMetrics(_message.Message):
-    __slots__ = ("iteration", "policy_version", "time", "iteration_time_s", "mode", "num_slots", "sampling_time_s", "transitions", "valid_transitions", "raw_throughput", "validity", "effective_throughput", "time_efficiency", "time_split_s", "episodes", "episode_ends", "episode_length_mean", "episode_lengths", "episode_return_mean", "episode_returns", "global_resets", "global_resets_per_1k_valid", "slot_resets_per_1k_valid", "reset_calls", "faults", "closed_loop", "learner", "settings", "settings_changed", "steps_ahead", "steps_discarded")
+    __slots__ = ("iteration", "policy_version", "time", "iteration_time_s", "mode", "num_slots", "sampling_time_s", "transitions", "valid_transitions", "raw_throughput", "validity", "effective_throughput", "time_efficiency", "time_split_s", "episodes", "episode_ends", "episode_length_mean", "episode_lengths", "episode_return_mean", "episode_returns", "global_resets", "global_resets_per_1k_valid", "slot_resets_per_1k_valid", "reset_calls", "faults", "closed_loop", "learner", "settings", "settings_changed", "steps_ahead", "steps_discarded", "pool_calls")
     class ClosedLoopEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -162,6 +162,7 @@ class IterationMetrics(_message.Message):
     SETTINGS_CHANGED_FIELD_NUMBER: _ClassVar[int]
     STEPS_AHEAD_FIELD_NUMBER: _ClassVar[int]
     STEPS_DISCARDED_FIELD_NUMBER: _ClassVar[int]
+    POOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     iteration: int
     policy_version: int
     time: float
@@ -193,7 +194,30 @@ class IterationMetrics(_message.Message):
     settings_changed: _containers.RepeatedCompositeFieldContainer[SettingChange]
     steps_ahead: int
     steps_discarded: int
-    def __init__(self, iteration: _Optional[int] = ..., policy_version: _Optional[int] = ..., time: _Optional[float] = ..., iteration_time_s: _Optional[float] = ..., mode: _Optional[str] = ..., num_slots: _Optional[int] = ..., sampling_time_s: _Optional[float] = ..., transitions: _Optional[int] = ..., valid_transitions: _Optional[int] = ..., raw_throughput: _Optional[float] = ..., validity: _Optional[float] = ..., effective_throughput: _Optional[float] = ..., time_efficiency: _Optional[float] = ..., time_split_s: _Optional[_Union[TimeSplit, _Mapping]] = ..., episodes: _Optional[int] = ..., episode_ends: _Optional[_Union[EpisodeEnds, _Mapping]] = ..., episode_length_mean: _Optional[float] = ..., episode_lengths: _Optional[_Iterable[int]] = ..., episode_return_mean: _Optional[float] = ..., episode_returns: _Optional[_Iterable[float]] = ..., global_resets: _Optional[int] = ..., global_resets_per_1k_valid: _Optional[float] = ..., slot_resets_per_1k_valid: _Optional[float] = ..., reset_calls: _Optional[int] = ..., faults: _Optional[int] = ..., closed_loop: _Optional[_Mapping[str, float]] = ..., learner: _Optional[_Union[_learner_pb2.UpdateStats, _Mapping]] = ..., settings: _Optional[_Union[RunSettings, _Mapping]] = ..., settings_changed: _Optional[_Iterable[_Union[SettingChange, _Mapping]]] = ..., steps_ahead: _Optional[int] = ..., steps_discarded: _Optional[int] = ...) -> None: ...
+    pool_calls: PoolCalls
+    def __init__(self, iteration: _Optional[int] = ..., policy_version: _Optional[int] = ..., time: _Optional[float] = ..., iteration_time_s: _Optional[float] = ..., mode: _Optional[str] = ..., num_slots: _Optional[int] = ..., sampling_time_s: _Optional[float] = ..., transitions: _Optional[int] = ..., valid_transitions: _Optional[int] = ..., raw_throughput: _Optional[float] = ..., validity: _Optional[float] = ..., effective_throughput: _Optional[float] = ..., time_efficiency: _Optional[float] = ..., time_split_s: _Optional[_Union[TimeSplit, _Mapping]] = ..., episodes: _Optional[int] = ..., episode_ends: _Optional[_Union[EpisodeEnds, _Mapping]] = ..., episode_length_mean: _Optional[float] = ..., episode_lengths: _Optional[_Iterable[int]] = ..., episode_return_mean: _Optional[float] = ..., episode_returns: _Optional[_Iterable[float]] = ..., global_resets: _Optional[int] = ..., global_resets_per_1k_valid: _Optional[float] = ..., slot_resets_per_1k_valid: _Optional[float] = ..., reset_calls: _Optional[int] = ..., faults: _Optional[int] = ..., closed_loop: _Optional[_Mapping[str, float]] = ..., learner: _Optional[_Union[_learner_pb2.UpdateStats, _Mapping]] = ..., settings: _Optional[_Union[RunSettings, _Mapping]] = ..., settings_changed: _Optional[_Iterable[_Union[SettingChange, _Mapping]]] = ..., steps_ahead: _Optional[int] = ..., steps_discarded: _Optional[int] = ..., pool_calls: _Optional[_Union[PoolCalls, _Mapping]] = ...) -> None: ...
+
+class PoolCalls(_message.Message):
+    __slots__ = ("step_calls", "step_server_s", "step_compute_s", "reset_calls", "reset_slots", "map_loads", "map_cache_hits", "prepare_calls", "prepared")
+    STEP_CALLS_FIELD_NUMBER: _ClassVar[int]
+    STEP_SERVER_S_FIELD_NUMBER: _ClassVar[int]
+    STEP_COMPUTE_S_FIELD_NUMBER: _ClassVar[int]
+    RESET_CALLS_FIELD_NUMBER: _ClassVar[int]
+    RESET_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    MAP_LOADS_FIELD_NUMBER: _ClassVar[int]
+    MAP_CACHE_HITS_FIELD_NUMBER: _ClassVar[int]
+    PREPARE_CALLS_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_FIELD_NUMBER: _ClassVar[int]
+    step_calls: int
+    step_server_s: float
+    step_compute_s: float
+    reset_calls: int
+    reset_slots: int
+    map_loads: int
+    map_cache_hits: int
+    prepare_calls: int
+    prepared: int
+    def __init__(self, step_calls: _Optional[int] = ..., step_server_s: _Optional[float] = ..., step_compute_s: _Optional[float] = ..., reset_calls: _Optional[int] = ..., reset_slots: _Optional[int] = ..., map_loads: _Optional[int] = ..., map_cache_hits: _Optional[int] = ..., prepare_calls: _Optional[int] = ..., prepared: _Optional[int] = ...) -> None: ...
 
 class Histogram(_message.Message):
     __slots__ = ("upper_bounds", "cumulative_counts", "sum")

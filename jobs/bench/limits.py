@@ -117,3 +117,24 @@ def costs_from_describe(cost_model) -> Costs:
 
 def costs_as_dict(costs: Costs) -> dict:
     return asdict(costs)
+
+
+def line_limit(line: dict, costs: Costs, servers: int) -> Limit | None:
+    """The limit on the pattern one iteration of a run sampled, from its metrics.jsonl line (the
+    broker's `pool_calls`: Step calls and the server time they took, Reset calls and slots, map
+    loads and cache hits) and the servers' costs, as `fast bench sampling` draws it for a row.
+    None for a line without `pool_calls` (a run before they were recorded) or without a valid step."""
+    calls, valid = line.get("pool_calls"), int(line.get("valid_transitions") or 0)
+    if not calls or valid <= 0 or not calls.get("step_calls"):
+        return None
+    counted = calls["map_loads"] + calls["map_cache_hits"]
+    pattern = Pattern(
+        slots=int(line["num_slots"]),
+        servers=servers,
+        step_latency_s=calls["step_server_s"] / calls["step_calls"],
+        eta=float(line["validity"]),
+        resets_per_valid=calls["reset_slots"] / valid,
+        reset_calls_per_valid=calls["reset_calls"] / valid,
+        hit_rate=calls["map_cache_hits"] / counted if counted else 0.0,
+    )
+    return pattern_limit(costs, pattern)

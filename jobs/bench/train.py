@@ -39,10 +39,12 @@ from fast.lifecycle import PARENT_ENV
 from fast.rpc import Credentials
 from jobs.bench.config import FEATURES, TrainBenchConfig
 from jobs.bench.learning_curve import evaluate_checkpoints, time_to_target
+from jobs.bench.limits import Costs, costs_from_describe, line_limit
 from jobs.external import check_simulators
 from jobs.simulators import Workload, job_simulators
 from jobs.train.config import TrainConfig
 from learner.checkpoint import prune_checkpoints
+from sim_server.cost_model import PRESETS
 
 
 def training_curve(metrics_path: Path, smooth: int) -> tuple[np.ndarray, np.ndarray]:
@@ -61,6 +63,30 @@ def training_curve(metrics_path: Path, smooth: int) -> tuple[np.ndarray, np.ndar
             r[i] = r[i - 1]
     smoothed = np.array([np.nanmean(r[max(0, i - smooth + 1) : i + 1]) for i in range(r.size)])
     return t, smoothed
+
+
+def sampling_against_limit(metrics_path: Path, costs: Costs, servers: int) -> dict:
+    """A run's sampling seconds (every iteration's, updates apart) beside the least its simulators'
+    costs allow the patterns it sampled: the sum over iterations of valid transitions / that
+    iteration's limit (jobs/bench/limits.py `line_limit`), with the bound that binds most often.
+    Iterations whose line has no `pool_calls` count in neither sum (`limited_iterations` says how many did)."""
+    lines = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    sampling_s = limit_s = 0.0
+    bindings: Counter[str] = Counter()
+    for line in lines:
+        limit = line_limit(line, costs, servers)
+        if limit is None or not math.isfinite(limit.limit) or limit.limit <= 0:
+            continue
+        sampling_s += float(line["sampling_time_s"])
+        limit_s += line["valid_transitions"] / limit.limit
+        bindings[limit.binding] += 1
+    return {
+        "sampling_s": sampling_s,
+        "limit_sampling_s": limit_s,
+        "limit_binding": bindings.most_common(1)[0][0] if bindings else None,
+        "limited_iterations": sum(bindings.values()),
+        "iterations": len(lines),
+    }
 
 
 def resumable_records(cfg: TrainBenchConfig, out_dir: Path) -> tuple[list[dict], float]:
@@ -136,6 +162,7 @@ def run(cfg: TrainBenchConfig, out_dir: Path, log=print, *, resume: bool = False
                         log,
                         f"{len(records) + 1}/{cfg.seeds * len(cfg.modes)}",
                         note,
+                        limit_costs=_costs_and_servers(cfg, external),
                     )
                 )
                 # After every run, so that a benchmark stopped hours in keeps what it measured
@@ -202,6 +229,8 @@ def _train_and_evaluate(
     log,
     progress: str,
     note: str = "",
+    *,
+    limit_costs: tuple[Costs, int],
 ) -> dict:
     name = _run_name(mode, seed)
     run_dir = runs_dir / name
@@ -250,6 +279,7 @@ def _train_and_evaluate(
     )
     prune_checkpoints(run_dir / "checkpoints", keep=1)
     t, smoothed = training_curve(run_dir / "metrics.jsonl", cfg.smooth)
+    limit = sampling_against_limit(run_dir / "metrics.jsonl", *limit_costs)
     reached = time_to_target(points, cfg.target_return)
     record = {
         "mode": mode,
@@ -264,6 +294,7 @@ def _train_and_evaluate(
         "eval_curve": points,
         "training_curve": {"t": t.tolist(), "return": smoothed.tolist()},
         "iterations_per_mode": iterations_per_mode(run_dir / "metrics.jsonl"),
+        "sampling_limit": limit,
     }
     curve = (
         f"held-out return {record['initial_return']:.1f} -> {record['final_return']:.1f}"
@@ -272,6 +303,14 @@ def _train_and_evaluate(
     )
     log(f"  {name}: {wall:.0f} s, {curve}, time to {cfg.target_return:g}: {record['time_to_target_s']}")
     return record
+
+
+def _costs_and_servers(cfg: TrainBenchConfig, external) -> tuple[Costs, int]:
+    """The costs the runs' simulators emulate (their preset's; none known of external ones: the
+    step bound alone, from the latency they reported) and how many servers the slots spread over."""
+    if external is not None:
+        return costs_from_describe(None), len(external.servers)
+    return costs_from_describe(PRESETS[cfg.preset]), cfg.servers
 
 
 def iterations_per_mode(metrics: Path) -> dict[str, int]:
@@ -329,6 +368,7 @@ def summarize(records: list[dict], cfg: TrainBenchConfig) -> list[dict]:
                 "final_collided_median": median([p.get("collided_rate") for p in final]),
                 "final_off_road_median": median([p.get("off_road_rate") for p in final]),
                 "iterations_per_mode": _summed([r.get("iterations_per_mode", {}) for r in runs]),
+                **_limit_summary([r.get("sampling_limit") for r in runs]),
             }
         )
     sc = next((row for row in rows if row["mode"] == "sc"), None)
@@ -351,8 +391,29 @@ def summarize(records: list[dict], cfg: TrainBenchConfig) -> list[dict]:
     return rows
 
 
+def _limit_summary(limits: list[dict | None]) -> dict:
+    """Medians over a mode's runs of their sampling seconds and of the least their simulators allow
+    (`sampling_against_limit`), over the runs that have both; the bound that binds in most of them."""
+    known = [x for x in limits if x and x["limited_iterations"] and x["limit_sampling_s"] > 0]
+    if not known:
+        return {"sampling_s_median": None, "limit_sampling_s_median": None, "limit_binding": None}
+    return {
+        "sampling_s_median": float(np.median([x["sampling_s"] for x in known])),
+        "limit_sampling_s_median": float(np.median([x["limit_sampling_s"] for x in known])),
+        "limit_binding": Counter(x["limit_binding"] for x in known).most_common(1)[0][0],
+    }
+
+
 def _summed(counts: list[dict[str, int]]) -> dict[str, int]:
     return dict(sum((Counter(count) for count in counts), Counter()))
+
+
+def _limit_cells(row: dict, fmt) -> str:
+    """A summary row's sampling seconds, the least its simulators allow (with the bound), and their ratio."""
+    sampling, least = row.get("sampling_s_median"), row.get("limit_sampling_s_median")
+    if not sampling or not least:
+        return "- | - | -"
+    return f"{fmt(sampling)} | {fmt(least)} ({row['limit_binding']}) | {fmt(least / sampling, 2)}"
 
 
 def mean_curve(records: list[dict]) -> dict[str, list[float]]:
@@ -438,8 +499,9 @@ def write_report(result: dict, out_dir: Path) -> None:
         *([f"**No held-out learning curve**: {note}.", ""] if (note := result.get("evaluation_note")) else []),
         "| mode | runs | reached target | time to target (median s) | speedup to target vs SC "
         "| transitions to target (median) | training s (median) | training speedup vs SC "
-        "| held-out return: initial -> final (median) | final collided | final off-road |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+        "| held-out return: initial -> final (median) | final collided | final off-road "
+        "| sampling s (median) | sampling s the costs allow, at least (bound) | share of the limit |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for row in result["summary"]:
         time_to_target = ("" if row["time_to_target_exact"] else "> ") + fmt(row["time_to_target_median_s"])
@@ -451,7 +513,8 @@ def write_report(result: dict, out_dir: Path) -> None:
             f"{speedup} | {fmt(row['transitions_to_target_median'], 0)} | "
             f"{fmt(row['training_s_median'])} | {fmt(row['speedup_training_vs_sc'], 2)} | "
             f"{fmt(row['initial_return_median'])} -> {fmt(row['final_return_median'])} | "
-            f"{fmt(row['final_collided_median'], 2)} | {fmt(row['final_off_road_median'], 2)} |"
+            f"{fmt(row['final_collided_median'], 2)} | {fmt(row['final_off_road_median'], 2)} | "
+            f"{_limit_cells(row, fmt)} |"
         )
     chose = [row for row in result["summary"] if row["mode"].split("+")[0] == "auto"]
     for row in chose:  # what `--mode auto` sampled in, over its seeds
@@ -465,6 +528,17 @@ def write_report(result: dict, out_dir: Path) -> None:
         'training time, so a median over such runs is a lower bound ("> x"), and so is a speedup against an SC '
         'whose runs did not all get there ("at least"). Training s is the whole run of the same number of '
         "iterations and valid transitions.",
+        "",
+        "Sampling s is the run's sampling alone (the learner's updates apart). Beside it, the least sampling "
+        "time the simulators' costs allow the pattern each iteration sampled (its eta, resets and Reset calls "
+        "per valid transition, map cache hit rate, the step latency the servers reported): the sum over "
+        "iterations of valid transitions / that iteration's limit, the bound that binds in most runs in "
+        "brackets (step, load, engine, step+engine, slot; jobs/bench/limits.py, docs/metrics.md). A share of "
+        "the limit well below 1 is time the framework spends beyond the simulators' own; a mode that pads "
+        "or resets more has a lower limit of its own"
+        + (
+            ". External simulators' costs are not known here: their limit is the step bound alone." if external else "."
+        ),
         "",
         "![held-out return against wall-clock and against transitions](train_curves.png)",
         "",
