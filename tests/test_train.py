@@ -155,6 +155,7 @@ def test_train_writes_the_run_directory_and_stops_every_process(tmp_path: Path, 
 
     report = (run_dir / "report.md").read_text()
     assert "eval collision rate, trained vs initial vs random" in report and "validity eta, last iteration" in report
+    assert "| sampling against the limit the simulators' costs allow |" in report
     assert all((run_dir / png).stat().st_size > 0 for png in PLOTS)
     outcome = json.loads((run_dir / "outcome.json").read_text())
     assert outcome["outcome"] == "done" and outcome["exit_codes"] == dict.fromkeys(recorded_pids(run_dir), 0)
@@ -545,6 +546,24 @@ def test_report_from_synthetic_metrics(tmp_path: Path) -> None:
     for png in PLOTS:
         assert (run_dir / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({png})" in report
+
+
+def test_report_sets_the_runs_sampling_against_the_limit_its_costs_allow(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    _synthetic_run(run_dir)
+    assert "against the limit" not in write_report(run_dir).read_text()  # no pool_calls: a run before them
+    calls = dict(step_calls=200, step_server_s=0.4, reset_calls=1, reset_slots=8, map_loads=0, map_cache_hits=8)
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for m in lines:  # 128 valid of 160 over 10 slots; Steps of 2 ms: the step bound, 0.8 * 10 / 2 ms = 4,000/s
+        m.update(num_slots=10, validity=0.8, sampling_time_s=0.1, pool_calls=calls)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({"train": {"cost_preset": "calibrated", "servers": 2}}))
+    report = write_report(run_dir).read_text()
+    # 3 x 128 / 4,000 = 0.096 s at least, of 0.3 s sampled.
+    row = "| sampling against the limit the simulators' costs allow |"
+    assert f"{row} 0.3 s, at least 0.1 s (step): 0.32 of the limit |" in report
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({"train": {}, "simulators": {"servers": [{}, {}]}}))
+    assert "(step, step bound alone): 0.32 of the limit" in write_report(run_dir).read_text()
 
 
 def test_report_command_regenerates_and_names_missing_files(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ limit among the modes of its configuration (same preset, clips and policy).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass
 
 
@@ -138,3 +139,26 @@ def line_limit(line: dict, costs: Costs, servers: int) -> Limit | None:
         hit_rate=calls["map_cache_hits"] / counted if counted else 0.0,
     )
     return pattern_limit(costs, pattern)
+
+
+def least_sampling(lines: list[dict], costs: Costs, servers: int) -> dict:
+    """A run's sampling seconds (every iteration's, updates apart) beside the least its simulators'
+    costs allow the patterns it sampled: the sum over iterations of valid transitions / that
+    iteration's limit (`line_limit`), with the bound that binds most often. Iterations whose line
+    has no `pool_calls` count in neither sum (`limited_iterations` says how many did)."""
+    sampling_s = limit_s = 0.0
+    bindings: Counter[str] = Counter()
+    for line in lines:
+        limit = line_limit(line, costs, servers)
+        if limit is None or not math.isfinite(limit.limit) or limit.limit <= 0:
+            continue
+        sampling_s += float(line["sampling_time_s"])
+        limit_s += line["valid_transitions"] / limit.limit
+        bindings[limit.binding] += 1
+    return {
+        "sampling_s": sampling_s,
+        "limit_sampling_s": limit_s,
+        "limit_binding": bindings.most_common(1)[0][0] if bindings else None,
+        "limited_iterations": sum(bindings.values()),
+        "iterations": len(lines),
+    }

@@ -39,7 +39,7 @@ from fast.lifecycle import PARENT_ENV
 from fast.rpc import Credentials
 from jobs.bench.config import FEATURES, TrainBenchConfig
 from jobs.bench.learning_curve import evaluate_checkpoints, time_to_target
-from jobs.bench.limits import Costs, costs_from_describe, line_limit
+from jobs.bench.limits import Costs, costs_from_describe, least_sampling
 from jobs.external import check_simulators
 from jobs.simulators import Workload, job_simulators
 from jobs.train.config import TrainConfig
@@ -66,27 +66,9 @@ def training_curve(metrics_path: Path, smooth: int) -> tuple[np.ndarray, np.ndar
 
 
 def sampling_against_limit(metrics_path: Path, costs: Costs, servers: int) -> dict:
-    """A run's sampling seconds (every iteration's, updates apart) beside the least its simulators'
-    costs allow the patterns it sampled: the sum over iterations of valid transitions / that
-    iteration's limit (jobs/bench/limits.py `line_limit`), with the bound that binds most often.
-    Iterations whose line has no `pool_calls` count in neither sum (`limited_iterations` says how many did)."""
+    """A run's sampling seconds beside the least its simulators' costs allow (limits.py `least_sampling`)."""
     lines = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
-    sampling_s = limit_s = 0.0
-    bindings: Counter[str] = Counter()
-    for line in lines:
-        limit = line_limit(line, costs, servers)
-        if limit is None or not math.isfinite(limit.limit) or limit.limit <= 0:
-            continue
-        sampling_s += float(line["sampling_time_s"])
-        limit_s += line["valid_transitions"] / limit.limit
-        bindings[limit.binding] += 1
-    return {
-        "sampling_s": sampling_s,
-        "limit_sampling_s": limit_s,
-        "limit_binding": bindings.most_common(1)[0][0] if bindings else None,
-        "limited_iterations": sum(bindings.values()),
-        "iterations": len(lines),
-    }
+    return least_sampling(lines, costs, servers)
 
 
 def resumable_records(cfg: TrainBenchConfig, out_dir: Path) -> tuple[list[dict], float]:

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import yaml
 
+from jobs.bench.limits import costs_from_describe, least_sampling
+from sim_server.cost_model import PRESETS
+
 PLOTS = ("return.png", "throughput.png", "episode_lengths.png")
 SMOOTHING = 5  # iterations: a single iteration's return is noisy (few episodes end in it)
 
@@ -177,6 +180,9 @@ def write_report(run_dir: Path) -> Path:
         ("time efficiency, last iteration", _fmt(last.get("time_efficiency"), 4)),
         ("effective throughput, last iteration", f"{_fmt(last.get('effective_throughput'), 0)} valid steps/s"),
     ]
+    limit = _sampling_limit(metrics, train, external)
+    if limit is not None:
+        rows.append(limit)
 
     name = train.get("name") or run_dir.name
     lines = [f"# Training run `{name}`", "", "| | |", "| --- | --- |"]
@@ -197,6 +203,27 @@ def write_report(run_dir: Path) -> Path:
     path = run_dir / "report.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def _sampling_limit(metrics: list[dict], train: dict, external) -> tuple[str, str] | None:
+    """The run's sampling seconds against the least its simulators' costs allow the patterns it
+    sampled (jobs/bench/limits.py `least_sampling`): the preset's costs, or for external simulators,
+    whose costs are not known, the step bound alone. None without `pool_calls` or known servers."""
+    if isinstance(external, dict):
+        costs, servers, whose = costs_from_describe(None), len(external.get("servers") or ()), "step bound alone"
+    elif train.get("cost_preset") in PRESETS and train.get("servers"):
+        costs, servers, whose = costs_from_describe(PRESETS[train["cost_preset"]]), int(train["servers"]), ""
+    else:
+        return None
+    least = least_sampling(metrics, costs, servers) if servers else None
+    if not least or not least["limited_iterations"] or least["sampling_s"] <= 0:
+        return None
+    share = least["limit_sampling_s"] / least["sampling_s"]
+    bound = least["limit_binding"] + (f", {whose}" if whose else "")
+    return (
+        "sampling against the limit the simulators' costs allow",
+        f"{least['sampling_s']:.1f} s, at least {least['limit_sampling_s']:.1f} s ({bound}): {share:.2f} of the limit",
+    )
 
 
 def _external(record: dict) -> str:
