@@ -228,6 +228,7 @@ async def advise_on(
 
     costs = []
     per_server = math.ceil(clips / len(used))
+    call_s = max(one_call_s, row.broker_s)
     for i in used:
         described = pool.servers[i].cost_model  # the map cache's size is not probed: Describe says it
         cache = {"map_cache_size": int(described.map_cache_size)} if described is not None else {}
@@ -239,10 +240,10 @@ async def advise_on(
         slots_per_server=per_server,
         inference_s=inference["inference_s"],
         inference_per_obs_s=inference["inference_per_obs_s"],
-        call_s=max(one_call_s, row.broker_s),
+        call_s=call_s,
         # What a VER row costs the broker beyond the one call's transport the model charges it anyway,
         # shared by its slot-steps.
-        ver_slot_s=max(ver_row_s - max(one_call_s, row.broker_s), 0.0) / slots.size,
+        ver_slot_s=max(ver_row_s - call_s, 0.0) / slots.size,
         catalog=Catalog(maps, holdout_every=HOLDOUT_EVERY) if maps is not None else None,
     )
     horizon = Horizon(
@@ -360,11 +361,10 @@ async def _time_rows(pool, runner, slots: np.ndarray, inference: dict, seed: int
             recorder.put(row, group, obs[group], decision.actions, decision.logprobs, decision.values)
             actions.append(decision.env_actions)
         result = await pool.step(slots, np.concatenate(actions))
-        if not result.failed.any():
-            recorder.set_outcome(row, np.arange(slots.size), result.rewards, result.terminated)
-        wall = time.perf_counter() - started
         if result.failed.any():
             raise ProbeError(f"a Step of slots {slots.tolist()} failed")
+        recorder.set_outcome(row, np.arange(slots.size), result.rewards, result.terminated)
+        wall = time.perf_counter() - started
         modelled = sum(inference["inference_s"] + g.size * inference["inference_per_obs_s"] for g in groups)
         extra.append(wall - result.server_s - modelled)
         served.append(result.server_s)

@@ -125,6 +125,7 @@ def run(cfg: TrainBenchConfig, out_dir: Path, log=print, *, resume: bool = False
     # measured there is the policy, not the clock). Idle while a training run goes. A token of their
     # own; every `fast train` makes one per run. External simulators evaluate too, between runs.
     workload = Workload("takeover", (), HOLDOUT_EVERY)
+    limit_costs = _costs_and_servers(cfg, external)
     with job_simulators(workload, cfg.servers or 0, slots, external=external) as evaluators:
         for seed in range(cfg.seeds):
             for mode in cfg.modes:
@@ -144,7 +145,7 @@ def run(cfg: TrainBenchConfig, out_dir: Path, log=print, *, resume: bool = False
                         log,
                         f"{len(records) + 1}/{cfg.seeds * len(cfg.modes)}",
                         note,
-                        limit_costs=_costs_and_servers(cfg, external),
+                        limit_costs=limit_costs,
                     )
                 )
                 # After every run, so that a benchmark stopped hours in keeps what it measured
@@ -376,7 +377,7 @@ def summarize(records: list[dict], cfg: TrainBenchConfig) -> list[dict]:
 def _limit_summary(limits: list[dict | None]) -> dict:
     """Medians over a mode's runs of their sampling seconds and of the least their simulators allow
     (`sampling_against_limit`), over the runs that have both; the bound that binds in most of them."""
-    known = [x for x in limits if x and x["limited_iterations"] and x["limit_sampling_s"] > 0]
+    known = [x for x in limits if x and x["limited_iterations"]]
     if not known:
         return {"sampling_s_median": None, "limit_sampling_s_median": None, "limit_binding": None}
     return {
