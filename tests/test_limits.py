@@ -92,6 +92,10 @@ def test_a_runs_metrics_line_gives_the_limit_of_the_pattern_it_sampled() -> None
     )  # servers that count no map: every reset loads (as `fast bench sampling` takes it)
     assert line_limit({k: v for k, v in _line().items() if k != "pool_calls"}, CALIBRATED, 2) is None  # older runs
     assert line_limit(_line(step_calls=0), CALIBRATED, 2) is None
+    # A line edited by hand counts as an older one: no limit, no traceback.
+    assert line_limit({**_line(), "pool_calls": {"step_calls": 3}}, CALIBRATED, 2) is None
+    assert line_limit(_line(map_loads="many"), CALIBRATED, 2) is None
+    assert line_limit({**_line(), "num_slots": None}, CALIBRATED, 2) is None
 
 
 def test_no_costs_and_no_latency_leave_no_finite_bound() -> None:

@@ -120,13 +120,23 @@ def costs_as_dict(costs: Costs) -> dict:
     return asdict(costs)
 
 
+# The counts of a metrics line's `pool_calls` that `line_limit` reads.
+_POOL_CALLS = ("step_calls", "step_server_s", "reset_calls", "reset_slots", "map_loads", "map_cache_hits")
+
+
 def line_limit(line: dict, costs: Costs, servers: int) -> Limit | None:
     """The limit on the pattern one iteration of a run sampled, from its metrics.jsonl line (the
     broker's `pool_calls`: Step calls and the server time they took, Reset calls and slots, map
     loads and cache hits) and the servers' costs, as `fast bench sampling` draws it for a row.
-    None for a line without `pool_calls` (a run before they were recorded) or without a valid step."""
-    calls, valid = line.get("pool_calls"), int(line.get("valid_transitions") or 0)
-    if not calls or valid <= 0 or not calls.get("step_calls"):
+    None for a line without `pool_calls` (a run before they were recorded), with one that lacks a
+    count or holds a non-number (a line edited by hand: it counts as an older one, and the report is
+    still written), or without a valid step."""
+    calls, valid = line.get("pool_calls"), line.get("valid_transitions")
+    if not isinstance(calls, dict) or not all(isinstance(calls.get(k), int | float) for k in _POOL_CALLS):
+        return None
+    if not isinstance(valid, int) or valid <= 0 or not calls["step_calls"]:
+        return None
+    if not isinstance(line.get("num_slots"), int) or not isinstance(line.get("validity"), int | float):
         return None
     counted = calls["map_loads"] + calls["map_cache_hits"]
     pattern = Pattern(
