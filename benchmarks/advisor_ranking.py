@@ -16,7 +16,8 @@ trained with --checkpoint) and clip count:
                is its row (sc, autoreset, sgr, ver, fast+carry, fast+reset)
     measured   each row's variant (mode, alpha, truncation, prefetch, locality, as the row names
                it) with the real sampler, as `fast advise` validates its top two (`measure_row`: a
-               warm-up iteration of 50 steps per clip, then one of `samples` valid transitions),
+               warm-up iteration of 50 steps per clip, then `iterations` of `samples` valid transitions
+               each, summarised as one), as the model plays them,
                `repeats` times; every (policy, clips, row) of the preset interleaved repeat by repeat
                in a shuffled order, as `fast bench sampling` does; the median is the figure
 
@@ -207,6 +208,12 @@ def _number(value: float | None, spec: str = ".0f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _iterations(cfg: dict) -> str:
+    """The measured iterations of the run's config, in words: runs before the option measured one."""
+    iterations = cfg.get("iterations", 1) or AdviseConfig.model_fields["iterations"].default
+    return "one" if iterations == 1 else f"{iterations} iterations"
+
+
 def report(result: dict) -> str:
     cfg = result["config"]
     wall = result.get("wall_clock_s")
@@ -219,7 +226,7 @@ def report(result: dict) -> str:
         "# The advisor's ranking against measurement",
         "",
         f"`fast advise`'s probe and prediction, then every mode's row (its best predicted variant) measured with the "
-        f"real sampler: a warm-up iteration, then one of {samples}; {cfg['repeats']} "
+        f"real sampler: a warm-up iteration, then {_iterations(cfg)} of {samples}, as one figure; {cfg['repeats']} "
         f"repeat(s) interleaved in a shuffled order, median (min-max in brackets); {cfg['servers']} servers. "
         "Valid transitions per second." + (f" Whole run {wall / 60:.1f} min." if wall is not None else ""),
         "",
@@ -293,6 +300,7 @@ def _advise_config(args: argparse.Namespace, preset: str, clips: int) -> AdviseC
         checkpoint=args.checkpoint,
         samples=args.samples,
         seed=args.seed,
+        **({"iterations": args.iterations} if args.iterations else {}),
         **({"model_seeds": args.model_seeds} if args.model_seeds else {}),
     )
 
@@ -405,6 +413,13 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help=f"valid transitions of an iteration, as predicted and measured (`fast advise`'s default: "
         f"{SAMPLES_PER_10_CLIPS} per 10 clips, rounded up)",
+    )
+    p.add_argument(
+        "--iterations",
+        type=count,
+        default=None,
+        help=f"measured iterations of a row, as predicted and measured (`fast advise`'s default: "
+        f"{AdviseConfig.model_fields['iterations'].default})",
     )
     p.add_argument("--servers", type=_servers, default=2, help="sim-server processes per preset")
     p.add_argument("--seed", type=seed, default=0)

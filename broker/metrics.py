@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -95,6 +96,32 @@ class IterationStats:
             "steps_discarded": self.steps_discarded,
             "closed_loop": {k: float(np.mean(v)) for k, v in sorted(self.closed_loop.items())},
         }
+
+
+def combined(stats: Sequence[IterationStats]) -> IterationStats:
+    """Several iterations of one sampler as one: counters and timers summed, lists joined in order,
+    so that its summary's rates are over all of them (valid transitions over their summed wall)."""
+    if not stats:
+        raise ValueError("combined() needs at least one iteration's stats")
+    first = stats[0]
+    total = IterationStats(mode=first.mode, num_slots=first.num_slots)
+    for f in fields(IterationStats):
+        if f.name in ("mode", "num_slots"):
+            continue
+        values = [getattr(s, f.name) for s in stats]
+        if isinstance(values[0], list):
+            setattr(total, f.name, [v for value in values for v in value])
+        elif f.name == "episode_ends":
+            for value in values:
+                for cause, count in value.items():
+                    total.episode_ends[cause] += count
+        elif f.name == "closed_loop":
+            for value in values:
+                for name, seen in value.items():
+                    total.closed_loop[name].extend(seen)
+        else:
+            setattr(total, f.name, sum(values))
+    return total
 
 
 # Keys of a metrics line whose values are measured times or rates: they differ between any two runs,

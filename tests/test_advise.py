@@ -133,10 +133,12 @@ def test_advise_on_the_built_in_workload_finishes_and_validates_two_modes(advise
     validation = result["validation"]
     assert [v["label"] for v in validation] == [row["label"] for row in result["ranking"][:2]]
     for v in validation:
-        assert v["measured_effective_throughput"] > 0 and v["measured"]["valid_transitions"] >= 1024
+        # The default 3 measured iterations of 1,024, as the model played them.
+        assert v["measured_effective_throughput"] > 0 and v["measured"]["valid_transitions"] >= 3 * 1024
         assert v["ratio"] == pytest.approx(v["measured_effective_throughput"] / v["predicted_effective_throughput"])
         assert f"{v['ratio']:.2f}" in done.stdout
     assert result["wall_s"] > 0 and f"took {result['wall_s']:.1f} s" in done.stdout
+    assert result["model_inputs"]["horizon"]["iterations"] == 3
 
 
 @pytest.mark.slow

@@ -65,6 +65,11 @@ class AdviseConfig(Settings):
         description="Valid transitions of a predicted iteration and of each validation run; unset: "
         f"{SAMPLES_PER_10_CLIPS:,} per 10 clips, rounded up.",
     )
+    # 3: an iteration of 1,024 valid transitions under `off` is 0.2 s, where one scheduler hiccup moved a
+    # repeat by 30%; the model plays the same iterations (docs/advisor.md).
+    iterations: int = Field(
+        3, ge=1, le=20, description="Measured iterations of a prediction and of each validation run, after the warm-up."
+    )
     warmup_steps: int = Field(
         50, ge=0, description="Steps per clip before a validation run's measured iteration (a warm-up iteration)."
     )

@@ -10,7 +10,8 @@
                   (broker/advisor/model.py); each mode's best variant is its row
     4. validate   the best `validate_top` rows run briefly with the real samplers, as `fast bench
                   sampling` measures a configuration (jobs/bench/harness.py `measure_mode`: a
-                  warm-up iteration, then one measured one); measured beside predicted
+                  warm-up iteration, then `iterations` measured ones, as the model plays them);
+                  measured beside predicted
 
 `advise_on` is steps 2 and 3 on a pool that runs already, for one policy and clip count, and
 `measure_row` one row's run of step 4: benchmarks/advisor_ranking.py runs both, for every mode.
@@ -107,7 +108,10 @@ async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | 
         t0 = time.perf_counter()
         validation = []
         for row in advice.rows[: cfg.validate_top]:
-            log(f"validating {row['label']} ({cfg.samples_for(clips)} valid transitions after a warm-up) ...")
+            log(
+                f"validating {row['label']} ({cfg.iterations} x {cfg.samples_for(clips)} valid transitions "
+                "after a warm-up) ..."
+            )
             summary = await measure_row(
                 cfg, bench, pool, runner_for(pool, hidden, weights, cfg.seed), row, clips, cfg.seed
             )
@@ -248,7 +252,7 @@ async def advise_on(
     )
     horizon = Horizon(
         samples_per_iteration=cfg.samples_for(clips),
-        iterations=2,
+        iterations=cfg.iterations,
         warmup_iterations=1,
         warmup_samples=max(cfg.warmup_steps * clips, 1),
     )
@@ -294,7 +298,7 @@ async def measure_row(
 ) -> dict:
     """One row's variant (mode, alpha, truncation, prefetch, locality) run with the real sampler on
     `clips` slots, as `fast bench sampling` measures a configuration (`measure_mode`: a warm-up
-    iteration of `warmup_steps` per clip, then one of `samples`); its summary."""
+    iteration of `warmup_steps` per clip, then `iterations` of `samples`); their summary as one."""
     s = row["settings"]
     return await measure_mode(
         replace(bench, alpha=s["alpha"]),
@@ -308,6 +312,7 @@ async def measure_row(
         locality=s["locality"],
         prefetch=s["prefetch"],
         truncation=s["truncation"],
+        iterations=cfg.iterations,
     )
 
 

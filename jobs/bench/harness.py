@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 
 from broker.dealer import ClipDealer, pool_locality
-from broker.metrics import IterationStats
+from broker.metrics import IterationStats, combined
 from broker.policy_runner import PolicyRunner
 from broker.pool import PoolCounters, SimulatorPool
 from broker.samplers import Sampler, make_sampler
@@ -85,8 +85,10 @@ async def measure_mode(
     prefetch: bool = False,
     ver_step_batching: bool = True,
     truncation: str = "carry",
+    iterations: int = 1,
 ) -> dict:
-    """A fresh sampler of `mode` on `clips` slots: one warm-up iteration, then the measured one's summary."""
+    """A fresh sampler of `mode` on `clips` slots: one warm-up iteration, then `iterations` measured
+    ones of `samples` each, summarised as one (`combined`: valid transitions over their summed wall)."""
     sampler, dealer, slots = fresh_sampler(
         cfg,
         pool,
@@ -103,7 +105,7 @@ async def measure_mode(
     await sampler.sample()
     sampler.samples_per_iteration = samples
     dealer.clips_dealt.clear()
-    summary, _ = await timed_iteration(sampler, pool, slots)
+    summary, _ = await timed_iterations(sampler, pool, slots, iterations)
     if pool.clip_map_ids.size == pool.num_clips:  # maps known: how many the iteration dealt
         summary["distinct_maps"] = len({int(pool.clip_map_ids[c]) for c in dealer.clips_dealt})
     return summary
@@ -149,8 +151,18 @@ def fresh_sampler(
 async def timed_iteration(sampler: Sampler, pool: SimulatorPool, slots: np.ndarray) -> tuple[dict, IterationStats]:
     """One iteration of `sampler`: its summary with what the servers' answers and the costs tell of it
     (`with_limit`), and its stats."""
+    return await timed_iterations(sampler, pool, slots, 1)
+
+
+async def timed_iterations(
+    sampler: Sampler, pool: SimulatorPool, slots: np.ndarray, iterations: int
+) -> tuple[dict, IterationStats]:
+    """`iterations` iterations of `sampler` back to back, as one (`combined`): `timed_iteration`'s
+    summary and stats over all of them."""
+    if iterations < 1:
+        raise ValueError(f"iterations={iterations}: give at least 1")
     before = replace(pool.counters)  # a copy to diff against
-    _, stats = await sampler.sample()
+    stats = combined([(await sampler.sample())[1] for _ in range(iterations)])
     return with_limit(stats.summary(), pool, slots, pool.counters.since(before)), stats
 
 
