@@ -49,11 +49,13 @@ from jobs.bench.harness import fixed_policies, measure_mode, runner_for, simulat
 from jobs.bench.limits import Costs, Pattern, pattern_limit
 from jobs.external import ExternalSimulators, check_simulators
 
-# Lock-step rows, and rows of VER's slot loops, timed for the broker's own part of a row (`_time_rows`,
-# `_time_ver_rows`). 200: the median of 40 moved from 0.63 to 1.04 ms between back-to-back probes of
+# Lock-step rows, and rows of VER's slot loops, timed for the broker's own part of a row (`_time_rows`),
+# this many of each. 200: the median of 40 moved from 0.63 to 1.04 ms between back-to-back probes of
 # one quiet pool (`off`, 10 clips), that of 200 from 0.65 to 0.83; under `off` that figure is most of a
 # mode's time. About 1 s more under `off`, 2 to 3 s under the costly presets.
 ROWS = 200
+# ... in this many blocks, lock-step and VER rows alternating (`_time_rows`).
+ROW_BLOCKS = 4
 # Forward passes timed per batch size for the model's inference cost (medians: a loaded machine's
 # late wake-ups are outliers).
 INFERENCE_CALLS = 50
@@ -190,7 +192,7 @@ class Advice:
     inference: dict  # `_time_inference`'s
     one_call_s: float  # the probes' median call alone
     row: RowTiming  # a lock-step row's broker part and server time (`_time_rows`)
-    ver_row_s: float  # the broker's part of a row of VER's slot loops (`_time_ver_rows`)
+    ver_row_s: float  # the broker's part of a row of VER's slot loops (`_time_rows`)
     workload: Workload
     horizon: Horizon  # what the model ran: the warm-up and measured iterations
     alpha: float  # FAST's, by `best_alpha`
@@ -215,8 +217,7 @@ async def advise_on(
         probes[i] = await probe_server(pool, i, clip_map_ids=maps, repeats=cfg.probe_repeats, seed=cfg.seed + i)
     inference = _time_inference(runner_for(pool, hidden, weights, cfg.seed), pool, math.ceil(clips / len(used)))
     one_call_s = float(np.median([probes[i].call_s for i in used]))
-    row = await _time_rows(pool, runner_for(pool, hidden, weights, cfg.seed), slots, inference, cfg.seed)
-    ver_row_s = await _time_ver_rows(pool, runner_for(pool, hidden, weights, cfg.seed), slots, inference, cfg.seed)
+    row, ver_row_s = await _time_rows(pool, runner_for(pool, hidden, weights, cfg.seed), slots, inference, cfg.seed)
     probe_s = time.perf_counter() - t0  # the servers, the forward pass and the rows
 
     t0 = time.perf_counter()
@@ -346,77 +347,108 @@ class RowTiming:
     server_s: float  # the slowest server's own time (the row waits for it)
 
 
-async def _time_rows(pool, runner, slots: np.ndarray, inference: dict, seed: int) -> RowTiming:
-    """A lock-step row as the rounds make it (broker/samplers/rounds.py): a forward pass per server,
+class _LockstepRows:
+    """Lock-step rows as the rounds make them (broker/samplers/rounds.py): a forward pass per server,
     each server's slots recorded into the batch (broker/recorder.py, as the lock-step loop records
     them), one Step call per server at once, the outcomes recorded. `probe_server`'s `call_s` is one
     call's alone; a row of several servers' calls from one event loop costs the broker more, and so
     does recording its slots (docs/advisor.md)."""
-    groups = [np.flatnonzero(pool.slot_server[slots] == s) for s in np.unique(pool.slot_server[slots])]
-    obs = np.zeros((slots.size, *pool.observation_space.shape), dtype=np.float32)
-    recorder = RolloutRecorder.for_spaces(slots.size, pool.observation_space, pool.action_space)
-    seeds = iter(range(seed * 1_000_003 + 500_000, seed * 1_000_003 + 600_000))
-    extra, served = [], []
-    for _ in range(ROWS):
-        started = time.perf_counter()
-        row = recorder.new_row()
-        actions = []
-        for group in groups:
-            decision = runner.act(obs[group])
-            recorder.put(row, group, obs[group], decision.actions, decision.logprobs, decision.values)
-            actions.append(decision.env_actions)
-        result = await pool.step(slots, np.concatenate(actions))
-        if result.failed.any():
-            raise ProbeError(f"a Step of slots {slots.tolist()} failed")
-        recorder.set_outcome(row, np.arange(slots.size), result.rewards, result.terminated)
-        wall = time.perf_counter() - started
-        modelled = sum(inference["inference_s"] + g.size * inference["inference_per_obs_s"] for g in groups)
-        extra.append(wall - result.server_s - modelled)
-        served.append(result.server_s)
-        obs = result.observations.astype(np.float32, copy=False)
-        ended = slots[result.terminated | result.truncated]
-        if ended.size:  # untimed: the same clip again, whose map the server has cached
-            clips = np.zeros(ended.size, dtype=np.int64)
-            await pool.reset(ended, clips, np.array([next(seeds) for _ in ended], dtype=np.int64), batched=True)
-    return RowTiming(max(float(np.mean(extra)), 0.0), float(np.mean(served)))
+
+    def __init__(self, pool, runner, slots: np.ndarray, inference: dict, seed: int) -> None:
+        self.pool, self.runner, self.slots, self.inference = pool, runner, slots, inference
+        self.groups = [np.flatnonzero(pool.slot_server[slots] == s) for s in np.unique(pool.slot_server[slots])]
+        self.obs = np.zeros((slots.size, *pool.observation_space.shape), dtype=np.float32)
+        self.recorder = RolloutRecorder.for_spaces(slots.size, pool.observation_space, pool.action_space)
+        self.seeds = iter(range(seed * 1_000_003 + 500_000, seed * 1_000_003 + 600_000))
+        self.extra: list[float] = []
+        self.served: list[float] = []
+
+    async def time(self, rows: int) -> None:
+        pool, slots, groups = self.pool, self.slots, self.groups
+        for _ in range(rows):
+            started = time.perf_counter()
+            row = self.recorder.new_row()
+            actions = []
+            for group in groups:
+                decision = self.runner.act(self.obs[group])
+                self.recorder.put(row, group, self.obs[group], decision.actions, decision.logprobs, decision.values)
+                actions.append(decision.env_actions)
+            result = await pool.step(slots, np.concatenate(actions))
+            if result.failed.any():
+                raise ProbeError(f"a Step of slots {slots.tolist()} failed")
+            self.recorder.set_outcome(row, np.arange(slots.size), result.rewards, result.terminated)
+            wall = time.perf_counter() - started
+            passes = self.inference
+            modelled = sum(passes["inference_s"] + g.size * passes["inference_per_obs_s"] for g in groups)
+            self.extra.append(wall - result.server_s - modelled)
+            self.served.append(result.server_s)
+            self.obs = result.observations.astype(np.float32, copy=False)
+            await _reset_ended(pool, slots[result.terminated | result.truncated], self.seeds)
+
+    def timing(self) -> RowTiming:
+        return RowTiming(max(float(np.mean(self.extra)), 0.0), float(np.mean(self.served)))
 
 
-async def _time_ver_rows(pool, runner, slots: np.ndarray, inference: dict, seed: int) -> float:
-    """The broker's part of a row of VER's slot loops (seconds, the mean over the rows): every slot
-    asks for its action and its step from a coroutine of its own, through ver.py's InferenceBatcher
-    and StepBatcher (one forward pass, one unary Step call per server), and appends its step to its
-    segment as ver.py does; less the slowest server's time and the pass's modelled time. Against
-    `_time_rows` it is what VER's per-slot coroutines and futures cost where a lock-step loop handles
-    the row as one array."""
-    actions, steps = InferenceBatcher(runner), StepBatcher(pool)
-    obs = np.zeros((slots.size, *pool.observation_space.shape), dtype=np.float32)
-    segments = [Segment() for _ in range(slots.size)]
-    seeds = iter(range(seed * 1_000_003 + 600_000, seed * 1_000_003 + 700_000))
+class _VerRows:
+    """Rows of VER's slot loops: every slot asks for its action and its step from a coroutine of its
+    own, through ver.py's InferenceBatcher and StepBatcher (one forward pass, one unary Step call per
+    server), and appends its step to its segment as ver.py does. Their broker part (the wall less the
+    slowest server's time and the pass's modelled time) against `_LockstepRows`' is what VER's per-slot
+    coroutines and futures cost where a lock-step loop handles the row as one array."""
 
-    async def slot_step(i: int):
-        action, env_action, logprob, value = await actions.act(obs[i])
-        result, j = await steps.step(int(slots[i]), env_action)
+    def __init__(self, pool, runner, slots: np.ndarray, inference: dict, seed: int) -> None:
+        self.pool, self.slots, self.inference = pool, slots, inference
+        self.actions, self.steps = InferenceBatcher(runner), StepBatcher(pool)
+        self.obs = np.zeros((slots.size, *pool.observation_space.shape), dtype=np.float32)
+        self.segments = [Segment() for _ in range(slots.size)]
+        self.seeds = iter(range(seed * 1_000_003 + 600_000, seed * 1_000_003 + 700_000))
+        self.extra: list[float] = []
+
+    async def _slot_step(self, i: int):
+        action, env_action, logprob, value = await self.actions.act(self.obs[i])
+        result, j = await self.steps.step(int(self.slots[i]), env_action)
         if not result.failed[j]:
-            segments[i].record(obs[i], action, logprob, value, result, j)
+            self.segments[i].record(self.obs[i], action, logprob, value, result, j)
         return result, j
 
-    extra = []
-    for _ in range(ROWS):
-        started = time.perf_counter()
-        answers = await asyncio.gather(*(slot_step(i) for i in range(slots.size)))
-        wall = time.perf_counter() - started
-        calls = {id(result): result for result, _ in answers}.values()
-        if any(result.failed.any() for result in calls):
-            raise ProbeError(f"a Step of slots {slots.tolist()} failed")
-        modelled = inference["inference_s"] + slots.size * inference["inference_per_obs_s"]
-        extra.append(wall - max(result.server_s for result in calls) - modelled)
-        obs = np.stack([result.observations[j] for result, j in answers]).astype(np.float32, copy=False)
-        done = np.array([bool(result.terminated[j] or result.truncated[j]) for result, j in answers])
-        ended = slots[done]
-        if ended.size:  # untimed, as in `_time_rows`
-            clips = np.zeros(ended.size, dtype=np.int64)
-            await pool.reset(ended, clips, np.array([next(seeds) for _ in ended], dtype=np.int64), batched=True)
-    return max(float(np.mean(extra)), 0.0)
+    async def time(self, rows: int) -> None:
+        slots = self.slots
+        for _ in range(rows):
+            started = time.perf_counter()
+            answers = await asyncio.gather(*(self._slot_step(i) for i in range(slots.size)))
+            wall = time.perf_counter() - started
+            calls = {id(result): result for result, _ in answers}.values()
+            if any(result.failed.any() for result in calls):
+                raise ProbeError(f"a Step of slots {slots.tolist()} failed")
+            modelled = self.inference["inference_s"] + slots.size * self.inference["inference_per_obs_s"]
+            self.extra.append(wall - max(result.server_s for result in calls) - modelled)
+            self.obs = np.stack([result.observations[j] for result, j in answers]).astype(np.float32, copy=False)
+            done = np.array([bool(result.terminated[j] or result.truncated[j]) for result, j in answers])
+            await _reset_ended(self.pool, slots[done], self.seeds)
+
+    def broker_s(self) -> float:
+        return max(float(np.mean(self.extra)), 0.0)
+
+
+async def _reset_ended(pool, ended: np.ndarray, seeds) -> None:
+    """Untimed: the ended slots onto the same clip again, whose map the server has cached."""
+    if ended.size:
+        clips = np.zeros(ended.size, dtype=np.int64)
+        await pool.reset(ended, clips, np.array([next(seeds) for _ in ended], dtype=np.int64), batched=True)
+
+
+async def _time_rows(pool, runner, slots: np.ndarray, inference: dict, seed: int) -> tuple[RowTiming, float]:
+    """Lock-step rows and rows of VER's slot loops, ROWS of each, timed in alternating blocks: (the
+    lock-step rows' timing, the VER rows' broker part). VER's own work per slot-step is the difference
+    of the two, and this machine's pace moves by 30% between blocks of a second (docs/advisor.md):
+    timed apart, the two saw different paces and the difference was as much the machine's as VER's."""
+    lockstep = _LockstepRows(pool, runner, slots, inference, seed)
+    ver = _VerRows(pool, runner, slots, inference, seed)
+    for block in range(ROW_BLOCKS):
+        rows = ROWS // ROW_BLOCKS + (block < ROWS % ROW_BLOCKS)
+        await lockstep.time(rows)
+        await ver.time(rows)
+    return lockstep.timing(), ver.broker_s()
 
 
 def _row_slope(costs: SimulatorCosts, rows: RowTiming, per_server: int) -> float:
