@@ -159,6 +159,8 @@ def test_advise_json_holds_the_probes_and_every_mode_ranked(advised) -> None:
     # timed waited for (`_row_slope`), and the broker's part of it is charged to every call.
     k = result["workload"]["slots_per_server"]
     assert result["row_server_s"] > 0.0015 and result["call_s"]["used"] >= result["call_s"]["row"] > 0
+    # Of the row's part, the broker thread's own CPU time: measured (the loop does grpc.aio's work), never above it.
+    assert 0 < result["row_cpu_s"] <= result["call_s"]["row"]
     for probe in result["probes"].values():
         costs = probe["costs"]
         assert costs["step_s"] + (k - 1) * costs["step_per_slot_s"] >= result["row_server_s"] * (1 - 1e-9)
