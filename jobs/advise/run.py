@@ -360,8 +360,10 @@ class _LockstepRows:
     does recording its slots (docs/advisor.md)."""
 
     def __init__(self, pool, runner, slots: np.ndarray, inference: dict, seed: int) -> None:
-        self.pool, self.runner, self.slots, self.inference = pool, runner, slots, inference
+        self.pool, self.runner, self.slots = pool, runner, slots
         self.groups = [np.flatnonzero(pool.slot_server[slots] == s) for s in np.unique(pool.slot_server[slots])]
+        # The forward passes' modelled time, one a server, not the broker's part of the row.
+        self.modelled = sum(inference["inference_s"] + g.size * inference["inference_per_obs_s"] for g in self.groups)
         self.obs = np.zeros((slots.size, *pool.observation_space.shape), dtype=np.float32)
         self.recorder = RolloutRecorder.for_spaces(slots.size, pool.observation_space, pool.action_space)
         self.seeds = iter(range(seed * 1_000_003 + 500_000, seed * 1_000_003 + 600_000))
@@ -384,11 +386,9 @@ class _LockstepRows:
                 raise ProbeError(f"a Step of slots {slots.tolist()} failed")
             self.recorder.set_outcome(row, np.arange(slots.size), result.rewards, result.terminated)
             wall, cpu = time.perf_counter() - started, time.thread_time() - cpu_started
-            passes = self.inference
-            modelled = sum(passes["inference_s"] + g.size * passes["inference_per_obs_s"] for g in groups)
-            self.extra.append(wall - result.server_s - modelled)
+            self.extra.append(wall - result.server_s - self.modelled)
             self.served.append(result.server_s)
-            self.cpu.append(cpu - modelled)
+            self.cpu.append(cpu - self.modelled)
             self.obs = result.observations.astype(np.float32, copy=False)
             await _reset_ended(pool, slots[result.terminated | result.truncated], self.seeds)
 
@@ -406,7 +406,8 @@ class _VerRows:
     coroutines and futures cost where a lock-step loop handles the row as one array."""
 
     def __init__(self, pool, runner, slots: np.ndarray, inference: dict, seed: int) -> None:
-        self.pool, self.slots, self.inference = pool, slots, inference
+        self.pool, self.slots = pool, slots
+        self.modelled = inference["inference_s"] + slots.size * inference["inference_per_obs_s"]  # one pass
         self.actions, self.steps = InferenceBatcher(runner), StepBatcher(pool)
         self.obs = np.zeros((slots.size, *pool.observation_space.shape), dtype=np.float32)
         self.segments = [Segment() for _ in range(slots.size)]
@@ -429,8 +430,7 @@ class _VerRows:
             calls = {id(result): result for result, _ in answers}.values()
             if any(result.failed.any() for result in calls):
                 raise ProbeError(f"a Step of slots {slots.tolist()} failed")
-            modelled = self.inference["inference_s"] + slots.size * self.inference["inference_per_obs_s"]
-            self.extra.append(wall - max(result.server_s for result in calls) - modelled)
+            self.extra.append(wall - max(result.server_s for result in calls) - self.modelled)
             self.obs = np.stack([result.observations[j] for result, j in answers]).astype(np.float32, copy=False)
             done = np.array([bool(result.terminated[j] or result.truncated[j]) for result, j in answers])
             await _reset_ended(self.pool, slots[done], self.seeds)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import numpy as np
 
@@ -171,25 +171,17 @@ def with_limit(summary: dict, pool: SimulatorPool, slots: np.ndarray, calls: Poo
     rate) and the limit its costs put on the pattern measured (jobs/bench/limits.py)."""
     servers = np.unique(pool.slot_server[slots])
     valid = max(summary["valid_transitions"], 1)
-    counted = calls.map_loads + calls.map_cache_hits
-    step_latency = calls.step_server_s / calls.step_calls if calls.step_calls else 0.0
-    hit_rate = calls.map_cache_hits / counted if counted else 0.0
-    pattern = Pattern(
-        slots=int(slots.size),
-        servers=int(servers.size),
-        step_latency_s=step_latency,
-        eta=summary["validity"],
-        resets_per_valid=calls.reset_slots / valid,
-        reset_calls_per_valid=calls.reset_calls / valid,
-        hit_rate=hit_rate,
+    pattern = Pattern.from_calls(
+        asdict(calls), slots=int(slots.size), servers=int(servers.size), eta=summary["validity"], valid=valid
     )
     limit = pattern_limit(costs_from_describe(pool.servers[int(servers[0])].cost_model), pattern)
+    counted = calls.map_loads + calls.map_cache_hits
     return {
         **summary,
-        "step_latency_s": step_latency,
+        "step_latency_s": pattern.step_latency_s,
         "map_loads": calls.map_loads,
         "map_cache_hits": calls.map_cache_hits,
-        "cache_hit_rate": hit_rate if counted else float("nan"),
+        "cache_hit_rate": pattern.hit_rate if counted else float("nan"),
         "step_calls_per_valid": calls.step_calls / valid,
         "prepared_share": calls.prepared / calls.reset_slots if calls.reset_slots else float("nan"),
         **limit.as_row(),

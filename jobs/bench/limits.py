@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 
@@ -65,6 +66,21 @@ class Pattern:
     resets_per_valid: float  # slot resets / valid transitions
     reset_calls_per_valid: float  # Reset calls / valid transitions
     hit_rate: float  # reset slots whose map was cached / reset slots (0 when the servers do not count)
+
+    @classmethod
+    def from_calls(cls, calls: Mapping[str, float], *, slots: int, servers: int, eta: float, valid: int) -> Pattern:
+        """An iteration's pattern from its simulator calls (the pool's counters, as a metrics line's
+        `pool_calls` records them) and its valid transitions (> 0)."""
+        counted = calls["map_loads"] + calls["map_cache_hits"]
+        return cls(
+            slots=slots,
+            servers=servers,
+            step_latency_s=calls["step_server_s"] / calls["step_calls"] if calls["step_calls"] else 0.0,
+            eta=eta,
+            resets_per_valid=calls["reset_slots"] / valid,
+            reset_calls_per_valid=calls["reset_calls"] / valid,
+            hit_rate=calls["map_cache_hits"] / counted if counted else 0.0,
+        )
 
 
 @dataclass(frozen=True)
@@ -138,15 +154,8 @@ def line_limit(line: dict, costs: Costs, servers: int) -> Limit | None:
         return None
     if not isinstance(line.get("num_slots"), int) or not isinstance(line.get("validity"), int | float):
         return None
-    counted = calls["map_loads"] + calls["map_cache_hits"]
-    pattern = Pattern(
-        slots=int(line["num_slots"]),
-        servers=servers,
-        step_latency_s=calls["step_server_s"] / calls["step_calls"],
-        eta=float(line["validity"]),
-        resets_per_valid=calls["reset_slots"] / valid,
-        reset_calls_per_valid=calls["reset_calls"] / valid,
-        hit_rate=calls["map_cache_hits"] / counted if counted else 0.0,
+    pattern = Pattern.from_calls(
+        calls, slots=int(line["num_slots"]), servers=servers, eta=float(line["validity"]), valid=valid
     )
     return pattern_limit(costs, pattern)
 

@@ -47,9 +47,13 @@ from learner.checkpoint import prune_checkpoints
 from sim_server.cost_model import PRESETS
 
 
+def _metrics_lines(metrics_path: Path) -> list[dict]:
+    return [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+
+
 def training_curve(metrics_path: Path, smooth: int) -> tuple[np.ndarray, np.ndarray]:
     """(wall-clock s since the first iteration began, smoothed mean training return) per iteration."""
-    lines = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    lines = _metrics_lines(metrics_path)
     if not lines:
         return np.zeros(0), np.zeros(0)
     start = lines[0]["time"] - lines[0]["iteration_time_s"]
@@ -67,8 +71,7 @@ def training_curve(metrics_path: Path, smooth: int) -> tuple[np.ndarray, np.ndar
 
 def sampling_against_limit(metrics_path: Path, costs: Costs, servers: int) -> dict:
     """A run's sampling seconds beside the least its simulators' costs allow (limits.py `least_sampling`)."""
-    lines = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
-    return least_sampling(lines, costs, servers)
+    return least_sampling(_metrics_lines(metrics_path), costs, servers)
 
 
 def resumable_records(cfg: TrainBenchConfig, out_dir: Path) -> tuple[list[dict], float]:
