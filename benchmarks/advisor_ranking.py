@@ -315,7 +315,7 @@ def _advice_record(preset: str, policy: str, clips: int, advice, cfg: AdviseConf
         "call_s": advice.workload.call_s,
         "ver_slot_s": advice.workload.ver_slot_s,
         "row_server_s": advice.row.server_s,
-        "row_cpu_s": advice.row.cpu_s,  # of call_s's row part, the broker thread's CPU (not modelled yet)
+        "row_cpu_s": advice.row.cpu_s,  # of call_s's row part, the broker thread's CPU (call_cpu_s, per call)
         "inference": advice.inference,
         "timings_s": advice.timings_s,
         "rows": advice.rows,

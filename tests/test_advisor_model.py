@@ -309,6 +309,36 @@ def test_ver_slot_work_takes_the_broker_thread_in_turn() -> None:
         dataclasses.replace(base, ver_slot_s=-1)
 
 
+def test_a_calls_thread_part_leaves_a_lockstep_row_and_queues_concurrent_calls() -> None:
+    """`call_cpu_s` is the part of a call's `call_s` that holds the broker's thread: a row of one call
+    per server still costs call_s (servers * call_cpu_s in turn, then the rest as a wait), but the n
+    Reset calls autoreset sends at once for the n slots that ended together now take turns on it."""
+    n, length, step, reset, call = 4, 20, 0.003, 0.002, 0.001
+    base = Workload(
+        EpisodeLengths.fixed(length),
+        SimulatorCosts(step_s=step, reset_fixed_s=reset, reset_exclusive=False),
+        servers=1,
+        slots_per_server=n,
+    )
+    held = dataclasses.replace(base, call_s=call, call_cpu_s=call)
+    waited = dataclasses.replace(base, call_s=call)
+    horizon = Horizon(samples_per_iteration=n * length * 5, iterations=2, warmup_iterations=1)
+    autoreset = ModeSettings("autoreset")
+    # Per episode: `length` rows of (call + step), then the resets: all n at once when the call is a wait,
+    # one after another on the thread (n calls' parts) before the last one's reset when it holds it.
+    rows = length * (call + step)
+    assert predict(waited, autoreset, horizon).effective_throughput == pytest.approx(n * length / (rows + call + reset))
+    assert predict(held, autoreset, horizon).effective_throughput == pytest.approx(
+        n * length / (rows + n * call + reset)
+    )
+    two = dataclasses.replace(waited, servers=2, slots_per_server=n // 2)
+    for settings in (ModeSettings("sgr"), ModeSettings("fast", truncation="carry")):
+        split = predict(dataclasses.replace(two, call_cpu_s=call / 2), settings, horizon)
+        assert split.effective_throughput == pytest.approx(predict(two, settings, horizon).effective_throughput)
+    with pytest.raises(ValueError, match="call_cpu_s=0.001 for 2 servers exceeds call_s=0.001"):
+        dataclasses.replace(two, call_cpu_s=call)
+
+
 def test_settings_and_workloads_are_checked() -> None:
     with pytest.raises(ValueError, match="mode 'async' is unknown"):
         ModeSettings("async")

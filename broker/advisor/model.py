@@ -30,8 +30,10 @@ inference batched over the slots waiting at that moment, steps batched per serve
 a server's call goes once every stepping slot of it has queued, or after 2 ms), each iteration a
 budget of steps. Prefetch deals and prepares a slot's next clip when its episode starts, as the
 samplers do. Inference occupies the broker's one thread for `inference_s + batch *
-inference_per_obs_s`; `call_s` adds a transport cost to every call; and each VER slot-step takes
-`ver_slot_s` of the broker's thread (its coroutine's turn, the batchers' futures) once answered.
+inference_per_obs_s`; `call_s` is the broker's part of every call, of which `call_cpu_s` holds the
+broker's thread (in turn with the other work on it) and the rest is a wait that other work overlaps;
+and each VER slot-step takes `ver_slot_s` of the broker's thread (its coroutine's turn, the batchers'
+futures) once answered.
 
 An iteration is the samplers' own: until `samples_per_iteration` valid transitions (rounds end at
 the round that crossed it), then one bootstrap pass. Figures are over the measured iterations, after
@@ -123,6 +125,11 @@ class Workload:
     inference_s: float = 0.0  # one forward pass ...
     inference_per_obs_s: float = 0.0  # ... plus this per observation in it
     call_s: float = 0.0  # transport of each Step, Reset or Prepare call, on top of the server's time
+    # Of call_s, the part each call holds the broker's one thread (grpc.aio works on the loop's thread):
+    # a row of `servers` calls at once pays servers * call_cpu_s of it in turn and then waits the rest,
+    # call_s - servers * call_cpu_s, so a lock-step row costs call_s either way; what changes is that
+    # other work on the thread (VER's forward passes and slot turns, other calls) can no longer overlap it.
+    call_cpu_s: float = 0.0
     # VER's own work for each slot-step beyond a lock-step row's (its coroutine, the batchers' futures),
     # on the broker's thread: what makes VER slower than a lock-step loop where the simulator is cheap.
     ver_slot_s: float = 0.0
@@ -136,9 +143,14 @@ class Workload:
             raise ValueError(f"servers={self.servers}, slots_per_server={self.slots_per_server}: give >= 1 of each")
         if isinstance(self.costs, tuple) and len(self.costs) != self.servers:
             raise ValueError(f"{len(self.costs)} costs for {self.servers} servers: give one, or one per server")
-        for name in ("inference_s", "inference_per_obs_s", "call_s", "ver_slot_s", "round_s"):
+        for name in ("inference_s", "inference_per_obs_s", "call_s", "call_cpu_s", "ver_slot_s", "round_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}={getattr(self, name)!r}: seconds >= 0")
+        if self.servers * self.call_cpu_s > self.call_s * (1 + 1e-9):
+            raise ValueError(
+                f"call_cpu_s={self.call_cpu_s!r} for {self.servers} servers exceeds call_s={self.call_s!r}: "
+                "a row's calls hold the thread for at most the row's part (servers * call_cpu_s <= call_s)"
+            )
 
     def server_costs(self, index: int) -> SimulatorCosts:
         return self.costs[index] if isinstance(self.costs, tuple) else self.costs
@@ -256,8 +268,7 @@ class _Server:
         self.prepared: dict[int, tuple[int, Event]] = {}  # slot -> (clip, its load done)
 
     def step(self, slots: int) -> Process:
-        if self.run.workload.call_s > 0:
-            yield self.run.workload.call_s
+        yield from self.run.transport()
         if self.turns is not None:
             yield from self.turns.step()
         yield self.sim.timeout(self.costs.step_call_s(slots, loading=self.background_loads > 0))
@@ -265,8 +276,7 @@ class _Server:
             self.turns.step_done()
 
     def reset(self, slots: list[int], clips: list[int]) -> Process:
-        if self.run.workload.call_s > 0:
-            yield self.run.workload.call_s
+        yield from self.run.transport()
         unprepared = []
         for slot, clip in zip(slots, clips):
             preparation = self.prepared.pop(slot, None)
@@ -522,6 +532,14 @@ class _Run:
             yield self.sim.timeout(seconds)
             self.cpu.release()
 
+    def transport(self) -> Process:
+        """A call's broker part: its turn on the thread (`call_cpu_s`), then the wait for the rest."""
+        w = self.workload
+        yield from self.busy(w.call_cpu_s)
+        wait = w.call_s - w.servers * w.call_cpu_s
+        if wait > 0:
+            yield wait
+
     def _deal(self, slots: np.ndarray) -> np.ndarray:
         if self.dealer is None:  # clips without maps: each episode a clip of its own
             self.episodes_dealt += slots.size
@@ -571,8 +589,7 @@ class _Run:
         self.next_clip[free] = self._deal(free)
         for s in free.tolist():
             self.servers[int(self.slot_server[s])].prepare(int(self.slot_local[s]), int(self.next_clip[s]))
-        if self.workload.call_s > 0:
-            yield self.workload.call_s
+        yield from self.transport()
 
     def step(self, slots: np.ndarray) -> Process:
         """One Step call per server for these slots, all at once."""

@@ -247,6 +247,8 @@ async def advise_on(
         inference_s=inference["inference_s"],
         inference_per_obs_s=inference["inference_per_obs_s"],
         call_s=call_s,
+        # Of it, each of the row's calls holds the broker's thread for its share of the row's CPU time.
+        call_cpu_s=min(row.cpu_s, call_s) / len(used),
         # What a VER row costs the broker beyond the one call's transport the model charges it anyway,
         # shared by its slot-steps.
         ver_slot_s=max(ver_row_s - call_s, 0.0) / slots.size,
@@ -347,8 +349,7 @@ class RowTiming:
     broker_s: float  # wall less the slowest server's time and the forward passes' modelled time
     server_s: float  # the slowest server's own time (the row waits for it)
     # Of broker_s, the broker thread's CPU time (time.thread_time; grpc.aio works on the loop's thread):
-    # the work no other of its work can overlap, where the rest is a wait. Recorded, not modelled yet
-    # (docs/advisor.md: the next lead for VER's spread).
+    # the work no other of its work can overlap, where the rest is a wait (the model's `call_cpu_s`).
     cpu_s: float = 0.0
 
 
