@@ -130,6 +130,7 @@ def advised(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
 def test_advise_on_the_built_in_workload_finishes_and_validates_two_modes(advised) -> None:
     done, result = advised
     assert "recommended: --mode" in done.stdout and "validated (the real samplers, briefly)" in done.stdout
+    assert f"({result['recommended']['label']}: {result['recommended']['reason']})" in done.stdout
     validation = result["validation"]
     assert [v["label"] for v in validation] == [row["label"] for row in result["ranking"][:2]]
     for v in validation:
@@ -176,9 +177,16 @@ def test_advise_json_holds_the_probes_and_every_mode_ranked(advised) -> None:
         assert all(0 < row["eta"] <= 1 and row["limit"] > 0 for row in rows)
     fast = [row for row in ranking if row["settings"]["mode"] == "fast"]
     assert all(row["settings"]["alpha"] == result["alpha"]["best"] for row in fast)
-    recommended = result["recommended"]
-    assert recommended["label"] == ranking[0]["label"]
-    assert recommended["prefetch"] == ranking[0]["settings"]["prefetch"]
+    # The model's first, unless a validated row measured more than 10% faster (jobs/advise/choice.py).
+    recommended, validation = result["recommended"], result["validation"]
+    measured = {v["label"]: v["measured_effective_throughput"] for v in validation}
+    first = measured[ranking[0]["label"]]
+    if recommended["by"] == "model":
+        assert recommended["label"] == ranking[0]["label"] and all(m <= 1.1 * first for m in measured.values())
+    else:
+        assert recommended["by"] == "validation" and measured[recommended["label"]] > 1.1 * first
+    row = next(row for row in ranking if row["label"] == recommended["label"])
+    assert recommended["prefetch"] == row["settings"]["prefetch"] and recommended["reason"]
 
 
 # `fast advise --simulators` on a server attached through the protos alone (the Python example), JSON on

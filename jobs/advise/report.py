@@ -62,6 +62,7 @@ def text(result: dict) -> str:
         "",
         f"recommended: --mode {r['mode']}{extra}, prefetch {'on' if r['prefetch'] else 'off'}, "
         f"locality {'on' if r['locality'] else 'off'}",
+        f"  ({r['label']}: {r['reason']})",
     ]
     if result["validation"]:
         lines += ["", "validated (the real samplers, briefly):"]

@@ -11,7 +11,8 @@
     4. validate   the best `validate_top` rows run briefly with the real samplers, as `fast bench
                   sampling` measures a configuration (jobs/bench/harness.py `measure_mode`: a
                   warm-up iteration, then `iterations` measured ones, as the model plays them);
-                  measured beside predicted
+                  measured beside predicted; the recommendation is the model's first unless a
+                  validated row measured faster past --mode auto's margin (jobs/advise/choice.py)
 
 `advise_on` is steps 2 and 3 on a pool that runs already, for one policy and clip count, and
 `measure_row` one row's run of step 4: benchmarks/advisor_ranking.py runs both, for every mode.
@@ -43,6 +44,7 @@ from broker.advisor.records import inputs_record
 from broker.dealer import HOLDOUT_EVERY, ClipDealer
 from broker.recorder import RolloutRecorder
 from broker.samplers.ver import InferenceBatcher, Segment, StepBatcher
+from jobs.advise.choice import choose
 from jobs.advise.config import DEFAULT_CLIPS, AdviseConfig
 from jobs.bench.config import EXTERNAL, MODES, SamplingBenchConfig
 from jobs.bench.harness import fixed_policies, measure_mode, runner_for, simulator_pool, spread_slots
@@ -133,7 +135,8 @@ async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | 
             )
         validate_s = time.perf_counter() - t0
 
-        best = advice.rows[0]
+        choice = choose(advice.rows, validation)
+        best = choice.row
         return {
             "config": cfg.model_dump(mode="json"),
             "workload": {
@@ -177,6 +180,8 @@ async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | 
                 "t_max": cfg.t_max if best["settings"]["mode"] == "fast" else None,
                 "prefetch": best["settings"]["prefetch"],
                 "locality": best["settings"]["locality"],
+                "by": choice.by,
+                "reason": choice.reason,
             },
             "validation": validation,
             "timings_s": {**advice.timings_s, "validate": validate_s},
