@@ -93,11 +93,13 @@ def test_the_probe_measures_what_a_background_load_costs_a_step() -> None:
     _first_that_holds(check, config, repeats=3)
 
 
-def test_probe_lengths_counts_running_episodes_as_cut() -> None:
+@pytest.mark.parametrize("prefetch", [False, True])  # prefetched: the same sample, autoreset's rows unchanged
+def test_probe_lengths_counts_running_episodes_as_cut(prefetch) -> None:
     async def go():
         pool = InProcessPool([Simulator(ScriptedLengthEnv([5, 10, 20, 400]), CostModel(CostModelConfig()))])
         runner = PolicyRunner(pool.observation_space, pool.action_space, (8,), seed=0)
-        return await probe_lengths(pool, runner, ClipDealer(50, holdout_every=0, seed=0), samples=200)
+        dealer = ClipDealer(50, holdout_every=0, seed=0)
+        return await probe_lengths(pool, runner, dealer, samples=200, prefetch=prefetch)
 
     # 50 rows of 4 slots: slot 0 ends 10 episodes of 5, slot 1 five of 10, slot 2 two of 20 and runs
     # its third (10 steps so far), slot 3 runs its first (50 steps so far).

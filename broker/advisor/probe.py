@@ -302,11 +302,17 @@ def length_probe_slots(slots: np.ndarray, samples: int) -> np.ndarray:
     return slots[np.unique(np.linspace(0, slots.size - 1, count).round().astype(np.int64))]
 
 
-async def probe_lengths(pool, runner, dealer, *, samples: int, slots: np.ndarray | None = None) -> EpisodeLengths:
+async def probe_lengths(
+    pool, runner, dealer, *, samples: int, slots: np.ndarray | None = None, prefetch: bool = False
+) -> EpisodeLengths:
     """The episode lengths of `runner`'s policy: `samples` valid steps of the autoreset sampler over
     `slots`; the episodes still running at the end count as cut at their length so far (pass
-    `length_probe_slots` for slots a sample of this size leaves long enough to end theirs)."""
-    sampler = make_sampler("autoreset", pool, runner, dealer, samples_per_iteration=samples, slots=slots)
+    `length_probe_slots` for slots a sample of this size leaves long enough to end theirs). `prefetch`
+    (when the slots' servers serve Prepare) loads each slot's next map during its episode: the same
+    sample, as autoreset steps every slot every row whatever its resets cost, sooner."""
+    sampler = make_sampler(
+        "autoreset", pool, runner, dealer, samples_per_iteration=samples, slots=slots, prefetch=prefetch
+    )
     _, stats = await sampler.sample()
     running = sampler.episode_len[sampler.live & (sampler.episode_len > 0)]
     lengths = np.concatenate([np.asarray(stats.episode_lengths, dtype=np.int64), running.astype(np.int64)])

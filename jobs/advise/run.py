@@ -234,7 +234,8 @@ async def advise_on(
     )
     dealer = ClipDealer(pool.num_clips, holdout_every=HOLDOUT_EVERY, seed=cfg.seed)
     runner = runner_for(pool, hidden, weights, cfg.seed)
-    lengths = await probe_lengths(pool, runner, dealer, samples=cfg.length_samples, slots=probed)
+    prefetch = all(pool.servers[i].prefetch for i in used)
+    lengths = await probe_lengths(pool, runner, dealer, samples=cfg.length_samples, slots=probed, prefetch=prefetch)
     lengths_s = time.perf_counter() - t0
 
     costs = []
