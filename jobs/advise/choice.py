@@ -37,22 +37,23 @@ def choose(rows: list[dict], validation: list[dict], margin: float = MARGIN) -> 
     measured = {v["label"]: float(v["measured_effective_throughput"]) for v in validation}
     if first["label"] not in measured:
         raise ValueError(f"the validation does not hold the model's first row {first['label']!r}")
-    fastest = max(validation, key=lambda v: float(v["measured_effective_throughput"]))["label"]
+    fastest = max(measured, key=measured.__getitem__)  # the first of equals: the model's order
     if fastest == first["label"]:
         n = len(validation)
         return Choice(
             first, "model", f"the model's first, measured the faster of the {n}" if n > 1 else "the model's first"
         )
-    place = [row["label"] for row in rows].index(fastest) + 1
-    if measured[first["label"]] <= 0:
-        return Choice(rows[place - 1], "validation", f"{first['label']}, the model's first, measured nothing valid")
-    gain = measured[fastest] / measured[first["label"]] - 1
-    if measured[fastest] > measured[first["label"]] * (1 + margin):  # as AutoMode switches
+    place = [row["label"] for row in rows].index(fastest)
+    base = measured[first["label"]]
+    if base <= 0:
+        return Choice(rows[place], "validation", f"{first['label']}, the model's first, measured nothing valid")
+    gain = measured[fastest] / base - 1
+    if measured[fastest] > base * (1 + margin):  # as AutoMode switches
         return Choice(
-            rows[place - 1],
+            rows[place],
             "validation",
             f"validated {gain:.0%} faster than {first['label']}, the model's first, past the "
-            f"{margin:.0%} margin (the model put it {_ordinal(place)})",
+            f"{margin:.0%} margin (the model put it {_ordinal(place + 1)})",
         )
     return Choice(
         first, "model", f"the model's first; {fastest} measured {gain:.0%} faster, within the {margin:.0%} margin"

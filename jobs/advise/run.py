@@ -234,7 +234,7 @@ async def advise_on(
     )
     dealer = ClipDealer(pool.num_clips, holdout_every=HOLDOUT_EVERY, seed=cfg.seed)
     runner = runner_for(pool, hidden, weights, cfg.seed)
-    prefetch = all(pool.servers[i].prefetch for i in used)
+    prefetch = all(pool.servers[i].prefetch for i in used)  # every server used serves Prepare
     lengths = await probe_lengths(pool, runner, dealer, samples=cfg.length_samples, slots=probed, prefetch=prefetch)
     lengths_s = time.perf_counter() - t0
 
@@ -253,8 +253,9 @@ async def advise_on(
         inference_s=inference["inference_s"],
         inference_per_obs_s=inference["inference_per_obs_s"],
         call_s=call_s,
-        # Of it, each of the row's calls holds the broker's thread for its share of the row's CPU time.
-        call_cpu_s=min(row.cpu_s, call_s) / len(used),
+        # Of it, each of the row's calls holds the broker's thread for its share of the row's CPU time
+        # (RowTiming caps that at the row's part, and call_s is at least the row's part).
+        call_cpu_s=row.cpu_s / len(used),
         # What a VER row costs the broker beyond the one call's transport the model charges it anyway,
         # shared by its slot-steps.
         ver_slot_s=max(ver_row_s - call_s, 0.0) / slots.size,
@@ -269,7 +270,7 @@ async def advise_on(
     t0 = time.perf_counter()
     log("predicting every mode ...")
     alpha, grid = best_alpha(workload, t_max=cfg.t_max, horizon=horizon, seed=cfg.seed, seeds=cfg.model_seeds)
-    prefetches = (False, True) if all(pool.servers[i].prefetch for i in used) else (False,)
+    prefetches = (False, True) if prefetch else (False,)
     localities = (False, True) if maps is not None else (False,)
     candidates = [
         settings
