@@ -338,6 +338,7 @@ def _advice_record(preset: str, policy: str, clips: int, advice, cfg: AdviseConf
         "ver_slot_s": advice.workload.ver_slot_s,
         "row_server_s": advice.row.server_s,
         "row_cpu_s": advice.row.cpu_s,  # of call_s's row part, the broker thread's CPU (call_cpu_s, per call)
+        "call_receive_cpu_s": advice.workload.call_receive_cpu_s,  # of a call's, after its answer
         "inference": advice.inference,
         "timings_s": advice.timings_s,
         "rows": advice.rows,

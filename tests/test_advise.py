@@ -162,6 +162,10 @@ def test_advise_json_holds_the_probes_and_every_mode_ranked(advised) -> None:
     assert result["row_server_s"] > 0.0015 and result["call_s"]["used"] >= result["call_s"]["row"] > 0
     # Of the row's part, the broker thread's own CPU time: measured (the loop does grpc.aio's work), never above it.
     assert 0 < result["row_cpu_s"] <= result["call_s"]["row"]
+    # Of a call's thread CPU, the share after its answer woke the loop (wake.py): measured on asyncio's loop.
+    for probe in result["probes"].values():
+        assert 0 < probe["receive_share"] <= 1 and probe["figures"]["call_receive_cpu"]["n"] > 0
+    assert 0 < result["call_receive_cpu_s"] <= result["row_cpu_s"]
     for probe in result["probes"].values():
         costs = probe["costs"]
         assert costs["step_s"] + (k - 1) * costs["step_per_slot_s"] >= result["row_server_s"] * (1 - 1e-9)

@@ -339,6 +339,37 @@ def test_a_calls_thread_part_leaves_a_lockstep_row_and_queues_concurrent_calls()
         dataclasses.replace(two, call_cpu_s=call)
 
 
+def test_a_calls_receive_comes_after_the_server_and_a_lone_call_overlaps_only_its_send() -> None:
+    """`call_receive_cpu_s` splits a call's thread part into its send (before the server's part) and its
+    receive (after it). A lock-step row of one call per server still costs call_s + the step, whichever
+    part is longer; a call alone (sc) costs call_s less the other servers' sends (or receives, whichever
+    is longer), where it cost call_s less their whole thread parts; and where the servers answer at
+    their own times (VER) a receive waits for the thread."""
+    length, step, call, cpu = 10_000, 0.003, 0.002, 0.0008
+    two = Workload(
+        EpisodeLengths.fixed(length),
+        SimulatorCosts(step_s=step),
+        servers=2,
+        slots_per_server=2,
+        call_s=call,
+        call_cpu_s=cpu,
+    )
+    horizon = Horizon(samples_per_iteration=400, iterations=2, warmup_iterations=1)
+    for receive in (0.0002, 0.0006):  # shorter than the send, then longer (the receives queue)
+        split = dataclasses.replace(two, call_receive_cpu_s=receive)
+        for settings in (ModeSettings("sgr"), ModeSettings("fast", truncation="carry")):
+            assert predict(split, settings, horizon).wall_s == pytest.approx(predict(two, settings, horizon).wall_s)
+        # sc: one slot, a lone Step call a row: call_s less the other server's send (or receive, the longer
+        # part), where it was call_s less its whole thread part before.
+        lone = predict(split, ModeSettings("sc"), horizon)
+        assert lone.effective_throughput == pytest.approx(1 / (step + call - max(cpu - receive, receive)), rel=1e-6)
+    assert predict(two, ModeSettings("sc"), horizon).effective_throughput == pytest.approx(1 / (step + call - cpu))
+    late = dataclasses.replace(two, call_receive_cpu_s=0.0004)
+    assert predict(late, ModeSettings("ver"), horizon).wall_s > predict(two, ModeSettings("ver"), horizon).wall_s
+    with pytest.raises(ValueError, match="call_receive_cpu_s=0.001 exceeds call_cpu_s=0.0008"):
+        dataclasses.replace(two, call_receive_cpu_s=0.001)
+
+
 def test_settings_and_workloads_are_checked() -> None:
     with pytest.raises(ValueError, match="mode 'async' is unknown"):
         ModeSettings("async")

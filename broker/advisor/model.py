@@ -31,7 +31,9 @@ a server's call goes once every stepping slot of it has queued, or after 2 ms), 
 budget of steps. Prefetch deals and prepares a slot's next clip when its episode starts, as the
 samplers do. Inference occupies the broker's one thread for `inference_s + batch *
 inference_per_obs_s`; `call_s` is the broker's part of every call, of which `call_cpu_s` holds the
-broker's thread (in turn with the other work on it) and the rest is a wait that other work overlaps;
+broker's thread (in turn with the other work on it), in two turns: sending the call before the
+server's part and receiving its answer (`call_receive_cpu_s`) after it; the rest is a wait that
+other work overlaps;
 and each VER slot-step takes `ver_slot_s` of the broker's thread (its coroutine's turn, the batchers'
 futures) once answered.
 
@@ -130,6 +132,10 @@ class Workload:
     # call_s - servers * call_cpu_s, so a lock-step row costs call_s either way; what changes is that
     # other work on the thread (VER's forward passes and slot turns, other calls) can no longer overlap it.
     call_cpu_s: float = 0.0
+    # Of call_cpu_s, the part after the server's answer is in (decoding it, the pool assembling the
+    # outcome); the rest sends the call. A lock-step row still costs call_s (the wait is what makes it so:
+    # `_Run.send`), but where answers come at their own times (VER) a receive waits for the thread.
+    call_receive_cpu_s: float = 0.0
     # VER's own work for each slot-step beyond a lock-step row's (its coroutine, the batchers' futures),
     # on the broker's thread: what makes VER slower than a lock-step loop where the simulator is cheap.
     ver_slot_s: float = 0.0
@@ -143,13 +149,26 @@ class Workload:
             raise ValueError(f"servers={self.servers}, slots_per_server={self.slots_per_server}: give >= 1 of each")
         if isinstance(self.costs, tuple) and len(self.costs) != self.servers:
             raise ValueError(f"{len(self.costs)} costs for {self.servers} servers: give one, or one per server")
-        for name in ("inference_s", "inference_per_obs_s", "call_s", "call_cpu_s", "ver_slot_s", "round_s"):
+        for name in (
+            "inference_s",
+            "inference_per_obs_s",
+            "call_s",
+            "call_cpu_s",
+            "call_receive_cpu_s",
+            "ver_slot_s",
+            "round_s",
+        ):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}={getattr(self, name)!r}: seconds >= 0")
         if self.servers * self.call_cpu_s > self.call_s * (1 + 1e-9):
             raise ValueError(
                 f"call_cpu_s={self.call_cpu_s!r} for {self.servers} servers exceeds call_s={self.call_s!r}: "
                 "a row's calls hold the thread for at most the row's part (servers * call_cpu_s <= call_s)"
+            )
+        if self.call_receive_cpu_s > self.call_cpu_s:
+            raise ValueError(
+                f"call_receive_cpu_s={self.call_receive_cpu_s!r} exceeds call_cpu_s={self.call_cpu_s!r}: "
+                "the receive is a part of the call's thread CPU"
             )
 
     def server_costs(self, index: int) -> SimulatorCosts:
@@ -268,15 +287,16 @@ class _Server:
         self.prepared: dict[int, tuple[int, Event]] = {}  # slot -> (clip, its load done)
 
     def step(self, slots: int) -> Process:
-        yield from self.run.transport()
+        yield from self.run.send()
         if self.turns is not None:
             yield from self.turns.step()
         yield self.sim.timeout(self.costs.step_call_s(slots, loading=self.background_loads > 0))
         if self.turns is not None:
             self.turns.step_done()
+        yield from self.run.receive()
 
     def reset(self, slots: list[int], clips: list[int]) -> Process:
-        yield from self.run.transport()
+        yield from self.run.send()
         unprepared = []
         for slot, clip in zip(slots, clips):
             preparation = self.prepared.pop(slot, None)
@@ -305,6 +325,7 @@ class _Server:
             if self.channel is not None:
                 self.channel.release()
         self._remember(maps)
+        yield from self.run.receive()
 
     def prepare(self, slot: int, clip: int) -> None:
         if not self.costs.prepare:
@@ -532,13 +553,26 @@ class _Run:
             yield self.sim.timeout(seconds)
             self.cpu.release()
 
-    def transport(self) -> Process:
-        """A call's broker part: its turn on the thread (`call_cpu_s`), then the wait for the rest."""
+    def send(self) -> Process:
+        """A call's broker part before the server's: its send's turn on the thread, then the wait that
+        makes a lock-step row of one call per server cost `call_s` with every receive after it. The
+        thread's part of such a row is the sends, then the last receive, or the first send, then every
+        receive, whichever is the longer (the receives queue when each is longer than a send)."""
         w = self.workload
-        yield from self.busy(w.call_cpu_s)
-        wait = w.call_s - w.servers * w.call_cpu_s
+        sent, received = w.call_cpu_s - w.call_receive_cpu_s, w.call_receive_cpu_s
+        yield from self.busy(sent)
+        wait = w.call_s - max(w.servers * sent + received, sent + w.servers * received)
         if wait > 0:
             yield wait
+
+    def receive(self) -> Process:
+        """A call's broker part once the server has answered: its receive's turn on the thread."""
+        yield from self.busy(self.workload.call_receive_cpu_s)
+
+    def transport(self) -> Process:
+        """A call whose server does nothing the model times (Prepare: its load runs in the background)."""
+        yield from self.send()
+        yield from self.receive()
 
     def _deal(self, slots: np.ndarray) -> np.ndarray:
         if self.dealer is None:  # clips without maps: each episode a clip of its own

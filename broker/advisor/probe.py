@@ -5,6 +5,8 @@ the cost model's knobs (model.py `SimulatorCosts`) without being told them:
 
     step            one slot, then all its slots, per call: the server's answer says what it spent
                     (`server_s`), the rest of the wall time is the broker's part of a call (`call_s`)
+    receive         one-slot Steps alone: the broker thread's CPU time of a call, and the share of it
+                    after the answer woke the loop (wake.py), the receive that comes after the server's
     reset           one slot, then all its slots in one call, onto a clip whose map is loaded: the
                     fixed part and its per-slot part
     load            one slot onto a map it has not loaded: what the load adds
@@ -40,6 +42,7 @@ import numpy as np
 
 from broker.advisor.lengths import EpisodeLengths
 from broker.advisor.model import SimulatorCosts
+from broker.advisor.wake import LastWake
 from broker.samplers import make_sampler
 from fast.spaces import random_actions
 
@@ -54,6 +57,8 @@ SPARE_MAPS = 6
 # A Step's extra time while a background load runs counts from this share on: below it, a loaded
 # machine's own spread of step times decides.
 PENALTY_NOISE = 0.2
+# One-slot Steps timed for the split of a call's thread CPU (receive): about 1 ms each.
+SPLIT_CALLS = 40
 LENGTH_STEPS_PER_SLOT = 500  # steps each slot of the length probe plays at least (length_probe_slots)
 
 
@@ -81,6 +86,8 @@ class ServerProbe:
     call_s: float  # the broker's own part of a call (wall time beyond what the server spent)
     figures: dict[str, Measured]  # every timed figure, seconds, with its spread
     findings: dict[str, bool]  # reset_exclusive, loads_shared, reset_blocks_steps, prepare_hides_load
+    # Of a call's thread CPU, the share after its answer came in (None where the loop cannot tell: wake.py).
+    receive_share: float | None = None
 
 
 class _Prober:
@@ -119,6 +126,29 @@ class _Prober:
         if result.failed.any():
             raise ProbeError(f"a Reset of slots {slots.tolist()} failed")
         return wall
+
+    async def thread_split(self, slots: np.ndarray, calls: int) -> tuple[list[float], list[float]]:
+        """The broker thread's CPU time of `calls` Step calls of `slots`, one at a time, and of each the
+        part after its answer woke the loop: ([], []) where the loop cannot tell (wake.py)."""
+        whole, received = [], []
+        with LastWake() as wake:
+            if not wake.available:
+                return [], []
+            for _ in range(calls):
+                actions = random_actions(self.pool.action_space, slots.size, self.rng)
+                wake.clear()
+                started = time.thread_time()
+                result = await self.pool.step(slots, actions)
+                ended = time.thread_time()
+                if result.failed.any():
+                    raise ProbeError(f"a Step of slots {slots.tolist()} failed")
+                if wake.cpu_s is not None:  # the answer came after a wait (a call never answered at once)
+                    whole.append(ended - started)
+                    received.append(ended - wake.cpu_s)
+                done = slots[result.terminated | result.truncated]
+                if done.size:
+                    await self.reset(done, self.home)
+        return whole, received
 
     async def step(self, slots: np.ndarray) -> tuple[float, float]:
         """(wall, server) seconds of one Step call; slots whose episode ended are reset (untimed)."""
@@ -160,6 +190,12 @@ async def probe_server(pool, server: int, *, clip_map_ids=None, repeats: int = 5
         figures[f"step_{k}"] = Measured.of(served_k)
         step_per_slot = _per_slot(served, served_k, k)
     step_s = max(figures["step_1"].median - step_per_slot, 0.0)
+    whole, received = await p.thread_split(one, SPLIT_CALLS)
+    receive_share = None
+    if whole:
+        figures["call_cpu"], figures["call_receive_cpu"] = Measured.of(whole), Measured.of(received)
+        if figures["call_cpu"].median > 0:
+            receive_share = min(figures["call_receive_cpu"].median / figures["call_cpu"].median, 1.0)
 
     resets_1 = [await p.reset(one, p.home) - call_s for _ in range(repeats)]
     figures["reset_1"] = Measured.of(resets_1)
@@ -276,7 +312,7 @@ async def probe_server(pool, server: int, *, clip_map_ids=None, repeats: int = 5
         prepare=prepare,
         prefetch_step_penalty=penalty,
     )
-    return ServerProbe(costs, call_s, figures, findings)
+    return ServerProbe(costs, call_s, figures, findings, receive_share)
 
 
 def _per_slot(one: list[float], many: list[float], k: int) -> float:

@@ -42,7 +42,8 @@ def text(result: dict) -> str:
     lines += [
         f"  forward pass {_ms(inference['inference_s'])} + {_ms(inference['inference_per_obs_s'])}/observation; "
         f"the broker's part of a call {_ms(result['call_s']['used'])} (a lock-step row's, its thread's CPU "
-        f"{_ms(result['row_cpu_s'])} of it; one call alone {_ms(result['call_s']['one_call'])}); "
+        f"{_ms(result['row_cpu_s'])} of it, {_ms(result['call_receive_cpu_s'])} a call's receive; "
+        f"one call alone {_ms(result['call_s']['one_call'])}); "
         f"VER's own work {1e6 * result['ver']['slot_s']:.0f} us/slot-step",
         f"  episode lengths (Kaplan-Meier): mean {lengths['mean']:.1f}, p10/p50/p90 {p10}/{p50}/{p90}, "
         f"longest seen {lengths['longest']}",

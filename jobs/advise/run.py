@@ -151,6 +151,7 @@ async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | 
                 str(i): {
                     "costs": asdict(workload.server_costs(j)),
                     "call_s": advice.probes[i].call_s,
+                    "receive_share": advice.probes[i].receive_share,
                     "findings": advice.probes[i].findings,
                     "figures": {name: asdict(m) for name, m in advice.probes[i].figures.items()},
                 }
@@ -160,6 +161,7 @@ async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | 
             "call_s": {"one_call": advice.one_call_s, "row": advice.row.broker_s, "used": workload.call_s},
             "row_server_s": advice.row.server_s,
             "row_cpu_s": advice.row.cpu_s,
+            "call_receive_cpu_s": workload.call_receive_cpu_s,
             "ver": {"row_s": advice.ver_row_s, "slot_s": workload.ver_slot_s},
             "episode_lengths": _lengths_record(workload.lengths),
             # What the model ran on, whole: `broker.advisor.records.workload_from_record` reads it back.
@@ -241,6 +243,8 @@ async def advise_on(
     costs = []
     per_server = math.ceil(clips / len(used))
     call_s = max(one_call_s, row.broker_s)
+    shares = [probes[i].receive_share for i in used if probes[i].receive_share is not None]
+    receive_share = float(np.median(shares)) if shares else 0.0
     for i in used:
         described = pool.servers[i].cost_model  # the map cache's size is not probed: Describe says it
         cache = {"map_cache_size": int(described.map_cache_size)} if described is not None else {}
@@ -256,6 +260,8 @@ async def advise_on(
         # Of it, each of the row's calls holds the broker's thread for its share of the row's CPU time
         # (RowTiming caps that at the row's part, and call_s is at least the row's part).
         call_cpu_s=row.cpu_s / len(used),
+        # ... of which its receive comes after the server's answer (0 where the loop cannot tell).
+        call_receive_cpu_s=receive_share * row.cpu_s / len(used),
         # What a VER row costs the broker beyond the one call's transport the model charges it anyway,
         # shared by its slot-steps.
         ver_slot_s=max(ver_row_s - call_s, 0.0) / slots.size,
