@@ -338,7 +338,11 @@ def _advice_record(preset: str, policy: str, clips: int, advice, cfg: AdviseConf
         "ver_slot_s": advice.workload.ver_slot_s,
         "row_server_s": advice.row.server_s,
         "row_cpu_s": advice.row.cpu_s,  # of call_s's row part, the broker thread's CPU (call_cpu_s, per call)
-        "call_receive_cpu_s": advice.workload.call_receive_cpu_s,  # of a call's, after its answer
+        # Measured, not all of it modelled, so that a later model can be played on it (`--repredict`):
+        "call_receive_cpu_s": advice.call_receive_cpu_s,  # of a call's thread CPU, after its answer
+        "receive_shares": [advice.probes[i].receive_share for i in advice.used],
+        "one_call_s": advice.one_call_s,  # the probes' median call alone
+        "ver_row_s": advice.ver_row_s,  # the broker's part of a row of VER's slot loops
         "inference": advice.inference,
         "timings_s": advice.timings_s,
         "rows": advice.rows,
@@ -388,6 +392,9 @@ async def _run_preset(args: argparse.Namespace, preset: str, log) -> tuple[list[
                         "validity": float(summary["validity"]),
                         "slot_resets_per_1k_valid": float(summary["slot_resets_per_1k_valid"]),
                         "limit": float(summary["limit"]),
+                        "step_calls_per_valid": float(summary["step_calls_per_valid"]),
+                        "step_latency_s": float(summary["step_latency_s"]),
+                        "time_split_s": summary["time_split_s"],
                         "seconds": time.perf_counter() - started,
                     }
                 )

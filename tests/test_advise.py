@@ -166,6 +166,8 @@ def test_advise_json_holds_the_probes_and_every_mode_ranked(advised) -> None:
     for probe in result["probes"].values():
         assert 0 < probe["receive_share"] <= 1 and probe["figures"]["call_receive_cpu"]["n"] > 0
     assert 0 < result["call_receive_cpu_s"] <= result["row_cpu_s"]
+    # ... recorded, not played: the model charges a call's whole thread part before it (docs/advisor.md).
+    assert result["model_inputs"]["workload"]["call_receive_cpu_s"] == 0
     for probe in result["probes"].values():
         costs = probe["costs"]
         assert costs["step_s"] + (k - 1) * costs["step_per_slot_s"] >= result["row_server_s"] * (1 - 1e-9)

@@ -339,6 +339,12 @@ def test_a_tiny_run_measures_every_mode_the_advisor_ranks(tmp_path):
     assert [r["label"] for r in advice["rows"]] == [summary["modes"][k]["variant"] for k in summary["predicted_order"]]
     for m in summary["modes"].values():
         assert m["predicted"] > 0 and m["measured"] > 0
+    # What a later model may be played on: the probe's measured parts beside the inputs, and each
+    # measurement's Step calls and time split.
+    assert 0 < advice["one_call_s"] and 0 < advice["ver_row_s"] and 0 < advice["call_receive_cpu_s"]
+    assert all(0 < share <= 1 for share in advice["receive_shares"])
+    for m in saved["measurements"]:
+        assert m["step_calls_per_valid"] > 0 and m["step_latency_s"] > 0 and "stepping" in m["time_split_s"]
     assert sorted(m["measured_rank"] for m in summary["modes"].values()) == list(range(1, 7))
     assert -1 <= summary["kendall_tau"] <= 1
     assert list(summary["top_two_ratios"]) == summary["predicted_order"][:2]

@@ -17,6 +17,10 @@ def _ms(seconds: float) -> str:
     return f"{1000 * seconds:.2f} ms"
 
 
+def _receive(seconds: float | None) -> str:
+    return "a call's receive not measured (no selector loop)" if seconds is None else f"{_ms(seconds)} a call's receive"
+
+
 def text(result: dict) -> str:
     w = result["workload"]
     where = (
@@ -42,7 +46,7 @@ def text(result: dict) -> str:
     lines += [
         f"  forward pass {_ms(inference['inference_s'])} + {_ms(inference['inference_per_obs_s'])}/observation; "
         f"the broker's part of a call {_ms(result['call_s']['used'])} (a lock-step row's, its thread's CPU "
-        f"{_ms(result['row_cpu_s'])} of it, {_ms(result['call_receive_cpu_s'])} a call's receive; "
+        f"{_ms(result['row_cpu_s'])} of it, {_receive(result['call_receive_cpu_s'])}; "
         f"one call alone {_ms(result['call_s']['one_call'])}); "
         f"VER's own work {1e6 * result['ver']['slot_s']:.0f} us/slot-step",
         f"  episode lengths (Kaplan-Meier): mean {lengths['mean']:.1f}, p10/p50/p90 {p10}/{p50}/{p90}, "

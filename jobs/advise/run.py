@@ -161,7 +161,7 @@ async def _advise(cfg: AdviseConfig, clips: int, external: ExternalSimulators | 
             "call_s": {"one_call": advice.one_call_s, "row": advice.row.broker_s, "used": workload.call_s},
             "row_server_s": advice.row.server_s,
             "row_cpu_s": advice.row.cpu_s,
-            "call_receive_cpu_s": workload.call_receive_cpu_s,
+            "call_receive_cpu_s": advice.call_receive_cpu_s,
             "ver": {"row_s": advice.ver_row_s, "slot_s": workload.ver_slot_s},
             "episode_lengths": _lengths_record(workload.lengths),
             # What the model ran on, whole: `broker.advisor.records.workload_from_record` reads it back.
@@ -199,6 +199,7 @@ class Advice:
     probes: dict[int, ServerProbe]  # per server used
     inference: dict  # `_time_inference`'s
     one_call_s: float  # the probes' median call alone
+    call_receive_cpu_s: float | None  # of call_cpu_s, the part after the answer (measured; not modelled)
     row: RowTiming  # a lock-step row's broker part and server time (`_time_rows`)
     ver_row_s: float  # the broker's part of a row of VER's slot loops (`_time_rows`)
     workload: Workload
@@ -244,7 +245,10 @@ async def advise_on(
     per_server = math.ceil(clips / len(used))
     call_s = max(one_call_s, row.broker_s)
     shares = [probes[i].receive_share for i in used if probes[i].receive_share is not None]
-    receive_share = float(np.median(shares)) if shares else 0.0
+    # A call's receive, measured and recorded, not given to the model: played, it moved VER up 0.05 to
+    # 0.15 of measured / predicted in every configuration of all-presets-v12 and scored worse (the lone
+    # call it implies costs more than the probe's one call alone measures; docs/advisor.md).
+    receive_cpu_s = float(np.median(shares)) * row.cpu_s / len(used) if shares else None
     for i in used:
         described = pool.servers[i].cost_model  # the map cache's size is not probed: Describe says it
         cache = {"map_cache_size": int(described.map_cache_size)} if described is not None else {}
@@ -260,8 +264,6 @@ async def advise_on(
         # Of it, each of the row's calls holds the broker's thread for its share of the row's CPU time
         # (RowTiming caps that at the row's part, and call_s is at least the row's part).
         call_cpu_s=row.cpu_s / len(used),
-        # ... of which its receive comes after the server's answer (0 where the loop cannot tell).
-        call_receive_cpu_s=receive_share * row.cpu_s / len(used),
         # What a VER row costs the broker beyond the one call's transport the model charges it anyway,
         # shared by its slot-steps.
         ver_slot_s=max(ver_row_s - call_s, 0.0) / slots.size,
@@ -298,6 +300,7 @@ async def advise_on(
         probes=probes,
         inference=inference,
         one_call_s=one_call_s,
+        call_receive_cpu_s=receive_cpu_s,
         row=row,
         ver_row_s=ver_row_s,
         workload=workload,
