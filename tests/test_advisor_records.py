@@ -56,3 +56,10 @@ def test_a_record_written_before_a_field_existed_reads_with_its_default():
     record = workload_record(_workload(SimulatorCosts(step_s=1e-3)))
     del record["round_s"]
     assert workload_from_record(record).round_s == 0.0
+
+
+def test_a_field_of_the_wrong_type_is_refused_not_a_traceback():
+    record = workload_record(_workload(SimulatorCosts(step_s=1e-3)))
+    record["call_receive_cpu_s"] = "x"  # hand-edited: seconds as text
+    with pytest.raises(ValueError, match="not a workload record: TypeError"):
+        workload_from_record(record)

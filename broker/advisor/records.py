@@ -56,9 +56,10 @@ def workload_from_record(record: dict) -> Workload:
                 locality_max_repeat=int(catalog["locality_max_repeat"]),
             )
         scalars = {f.name: record[f.name] for f in fields(Workload) if f.name not in _STRUCTURED and f.name in record}
+        # Inside the try: a field of the wrong type (a string for seconds) fails Workload's own checks.
+        return Workload(lengths, costs if len(costs) > 1 else costs[0], catalog=catalog, **scalars)
     except (KeyError, TypeError) as exc:
         raise ValueError(f"not a workload record: {type(exc).__name__} {str(exc)[:80]}") from None
-    return Workload(lengths, costs if len(costs) > 1 else costs[0], catalog=catalog, **scalars)
 
 
 def horizon_record(horizon: Horizon) -> dict:
