@@ -504,6 +504,11 @@ class _Run:
         self.rng = np.random.default_rng(seed)
         self.episodes = _SlotEpisodes(workload.lengths, workload.num_slots, seed)
         self.cpu = Lock(self.sim)  # the broker's one thread: forward passes take turns on it
+        # A call's thread parts and its wait (`send`), the same for every call of the run.
+        sent = self.call_sent_s = workload.call_cpu_s - workload.call_receive_cpu_s
+        received = self.call_received_s = workload.call_receive_cpu_s
+        n = workload.servers
+        self.call_wait_s = workload.call_s - max(n * sent + received, sent + n * received)
         self.servers = [_Server(self, workload.server_costs(i)) for i in range(workload.servers)]
         n = workload.num_slots
         self.slot_server = np.repeat(np.arange(workload.servers), workload.slots_per_server)
@@ -558,16 +563,13 @@ class _Run:
         makes a lock-step row of one call per server cost `call_s` with every receive after it. The
         thread's part of such a row is the sends, then the last receive, or the first send, then every
         receive, whichever is the longer (the receives queue when each is longer than a send)."""
-        w = self.workload
-        sent, received = w.call_cpu_s - w.call_receive_cpu_s, w.call_receive_cpu_s
-        yield from self.busy(sent)
-        wait = w.call_s - max(w.servers * sent + received, sent + w.servers * received)
-        if wait > 0:
-            yield wait
+        yield from self.busy(self.call_sent_s)
+        if self.call_wait_s > 0:
+            yield self.call_wait_s
 
     def receive(self) -> Process:
         """A call's broker part once the server has answered: its receive's turn on the thread."""
-        yield from self.busy(self.workload.call_receive_cpu_s)
+        yield from self.busy(self.call_received_s)
 
     def transport(self) -> Process:
         """A call whose server does nothing the model times (Prepare: its load runs in the background)."""

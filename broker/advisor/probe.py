@@ -86,8 +86,14 @@ class ServerProbe:
     call_s: float  # the broker's own part of a call (wall time beyond what the server spent)
     figures: dict[str, Measured]  # every timed figure, seconds, with its spread
     findings: dict[str, bool]  # reset_exclusive, loads_shared, reset_blocks_steps, prepare_hides_load
-    # Of a call's thread CPU, the share after its answer came in (None where the loop cannot tell: wake.py).
-    receive_share: float | None = None
+
+    @property
+    def receive_share(self) -> float | None:
+        """Of a call's thread CPU, the share after its answer came in (None where the loop cannot tell: wake.py)."""
+        whole, received = self.figures.get("call_cpu"), self.figures.get("call_receive_cpu")
+        if whole is None or received is None or not whole.median > 0:
+            return None
+        return min(received.median / whole.median, 1.0)
 
 
 class _Prober:
@@ -140,14 +146,10 @@ class _Prober:
                 started = time.thread_time()
                 result = await self.pool.step(slots, actions)
                 ended = time.thread_time()
-                if result.failed.any():
-                    raise ProbeError(f"a Step of slots {slots.tolist()} failed")
                 if wake.cpu_s is not None:  # the answer came after a wait (a call never answered at once)
                     whole.append(ended - started)
                     received.append(ended - wake.cpu_s)
-                done = slots[result.terminated | result.truncated]
-                if done.size:
-                    await self.reset(done, self.home)
+                await self._settle(slots, result)
         return whole, received
 
     async def step(self, slots: np.ndarray) -> tuple[float, float]:
@@ -156,12 +158,16 @@ class _Prober:
         started = time.perf_counter()
         result = await self.pool.step(slots, actions)
         wall = time.perf_counter() - started
+        await self._settle(slots, result)
+        return wall, result.server_s
+
+    async def _settle(self, slots: np.ndarray, result) -> None:
+        """After a Step of `slots`: ProbeError if it failed; its slots whose episode ended reset (untimed)."""
         if result.failed.any():
             raise ProbeError(f"a Step of slots {slots.tolist()} failed")
         ended = slots[result.terminated | result.truncated]
         if ended.size:
             await self.reset(ended, self.home)
-        return wall, result.server_s
 
 
 async def probe_server(pool, server: int, *, clip_map_ids=None, repeats: int = 5, seed: int = 0) -> ServerProbe:
@@ -191,11 +197,8 @@ async def probe_server(pool, server: int, *, clip_map_ids=None, repeats: int = 5
         step_per_slot = _per_slot(served, served_k, k)
     step_s = max(figures["step_1"].median - step_per_slot, 0.0)
     whole, received = await p.thread_split(one, SPLIT_CALLS)
-    receive_share = None
     if whole:
         figures["call_cpu"], figures["call_receive_cpu"] = Measured.of(whole), Measured.of(received)
-        if figures["call_cpu"].median > 0:
-            receive_share = min(figures["call_receive_cpu"].median / figures["call_cpu"].median, 1.0)
 
     resets_1 = [await p.reset(one, p.home) - call_s for _ in range(repeats)]
     figures["reset_1"] = Measured.of(resets_1)
@@ -312,7 +315,7 @@ async def probe_server(pool, server: int, *, clip_map_ids=None, repeats: int = 5
         prepare=prepare,
         prefetch_step_penalty=penalty,
     )
-    return ServerProbe(costs, call_s, figures, findings, receive_share)
+    return ServerProbe(costs, call_s, figures, findings)
 
 
 def _per_slot(one: list[float], many: list[float], k: int) -> float:
