@@ -15,11 +15,14 @@ trained with --checkpoint) and clip count:
                policy, then every mode with and without prefetch and locality; a mode's best variant
                is its row (sc, autoreset, sgr, ver, fast+carry, fast+reset)
     measured   each row's variant (mode, alpha, truncation, prefetch, locality, as the row names
-               it) with the real sampler, as `fast advise` validates its top two (`measure_row`: a
-               warm-up iteration of 50 steps per clip, then `iterations` of `samples` valid transitions
-               each, summarised as one), as the model plays them,
-               `repeats` times; every (policy, clips, row) of the preset interleaved repeat by repeat
-               in a shuffled order, as `fast bench sampling` does; the median is the figure
+               it) with the real sampler, as `fast advise` validates its top two (a fresh sampler, a
+               warm-up iteration of 50 steps per clip, then measured iterations of `samples` valid
+               transitions), `iterations` of them summarised as one, as the model plays them;
+               `repeats` times, the median the figure. Each repeat shuffles every (policy, clips, row)
+               of the preset, by default turn by turn: each row's turn a fresh sampler, its warm-up
+               and one measured iteration, every row's turn before any row's next (`--interleave
+               iteration`, INTERLEAVE says why); or each row's whole run at once (`--interleave run`,
+               `fast advise`'s validation and `fast bench sampling`'s repeats)
 
 The probe uses every slot of a server (the pool's servers hold slots for the largest clip count),
 where `fast advise --clips 10` would start servers of 5 slots: the costs it fits are per call and
@@ -63,11 +66,17 @@ from broker.advisor.model import ModeSettings, predict
 from broker.advisor.records import inputs_from_record, inputs_record
 from jobs.advise.choice import choose
 from jobs.advise.config import SAMPLES_PER_10_CLIPS, AdviseConfig
-from jobs.advise.run import advise_on, bench_config, json_safe, measure_row
-from jobs.bench.harness import fixed_policies, runner_for, simulator_pool
+from jobs.advise.run import advise_on, bench_config, json_safe, run_row
+from jobs.bench.harness import fixed_policies, runner_for, runs_summary, simulator_pool
 
 CLIPS = (10, 30)
 NOISE = 0.10  # two measured figures this close are within noise of each other
+# What a repeat shuffles. This machine's pace moves by 30% between blocks of a second (docs/advisor.md):
+# a row whose whole run (its iterations back to back, 0.6 s on `off`) fell in a slow block measured
+# slow, and `off`'s repeats put the modes in orders as far apart as tau 0.29. Turns of one iteration
+# each (a fresh sampler, its warm-up, one measured iteration), every row's turn before any row's next,
+# spread each row over the repeat's whole span, as the pace moves for all of them alike.
+INTERLEAVE = ("iteration", "run")
 TOP_TWO = 0.20  # predicted within this share of measured, for the predicted first two (issue 30)
 VERDICTS = {
     "exact": "ranking exact",
@@ -229,6 +238,21 @@ def _iterations(cfg: dict) -> str:
     return "one" if iterations == 1 else f"{iterations} iterations"
 
 
+def _protocol(cfg: dict, samples: str) -> str:
+    """How a repeat measured each row, in words (runs before `--interleave` shuffled whole runs)."""
+    if cfg.get("interleave", "run") == "run":
+        return (
+            f"a warm-up iteration, then {_iterations(cfg)} of {samples}, as one figure; each repeat's rows in a "
+            "shuffled order, a row's run at once"
+        )
+    iterations = cfg.get("iterations") or AdviseConfig.model_fields["iterations"].default
+    return (
+        f"{'one turn' if iterations == 1 else f'{iterations} turns'}, each a fresh sampler, its warm-up iteration "
+        f"and one measured iteration of {samples}, as one figure; every row's turn before any row's next, each "
+        "round of turns in a shuffled order"
+    )
+
+
 def report(result: dict) -> str:
     cfg = result["config"]
     wall = result.get("wall_clock_s")
@@ -241,8 +265,8 @@ def report(result: dict) -> str:
         "# The advisor's ranking against measurement",
         "",
         f"`fast advise`'s probe and prediction, then every mode's row (its best predicted variant) measured with the "
-        f"real sampler: a warm-up iteration, then {_iterations(cfg)} of {samples}, as one figure; {cfg['repeats']} "
-        f"repeat(s) interleaved in a shuffled order, median (min-max in brackets); {cfg['servers']} servers. "
+        f"real sampler: {_protocol(cfg, samples)}; {cfg['repeats']} repeat(s), median (min-max in brackets); "
+        f"{cfg['servers']} servers. "
         "Valid transitions per second." + (f" Whole run {wall / 60:.1f} min." if wall is not None else ""),
         "",
         f"Rules: *exact*, the measured order is the predicted one; *within noise*, every pair of modes the model "
@@ -373,37 +397,55 @@ async def _run_preset(args: argparse.Namespace, preset: str, log) -> tuple[list[
                 )
         rng = np.random.default_rng(args.seed)
         for repeat in range(args.repeats):
-            for j in rng.permutation(len(plan)):  # interleaved, a new order each repeat
-                policy, clips, row = plan[j]
-                hidden, weights = policies[policy]
-                started = time.perf_counter()
-                cfg = _advise_config(args, preset, clips)
-                runner = runner_for(pool, hidden, weights, args.seed + repeat)
-                summary = await measure_row(cfg, bench, pool, runner, row, clips, args.seed + repeat)
-                measurements.append(
-                    {
-                        "preset": preset,
-                        "policy": policy,
-                        "clips": clips,
-                        "mode": mode_label(row["settings"]),
-                        "variant": row["label"],
-                        "repeat": repeat,
-                        "effective_throughput": float(summary["effective_throughput"]),
-                        "validity": float(summary["validity"]),
-                        "slot_resets_per_1k_valid": float(summary["slot_resets_per_1k_valid"]),
-                        "limit": float(summary["limit"]),
-                        "step_calls_per_valid": float(summary["step_calls_per_valid"]),
-                        "step_latency_s": float(summary["step_latency_s"]),
-                        "time_split_s": summary["time_split_s"],
-                        "seconds": time.perf_counter() - started,
-                    }
-                )
-                log(
-                    f"{preset} {policy} clips={clips} {row['label']} repeat {repeat + 1}/{args.repeats}: "
-                    f"{summary['effective_throughput']:,.0f} valid/s, predicted {row['effective_throughput']:,.0f}/s "
-                    f"({time.perf_counter() - started:.1f} s)"
-                )
+            measurements += await _measure_repeat(args, preset, pool, bench, policies, plan, repeat, rng, log)
     return advice, measurements
+
+
+async def _measure_repeat(
+    args, preset: str, pool, bench, policies: dict, plan: list, repeat: int, rng, log
+) -> list[dict]:
+    """One repeat of every (policy, clips, row) of the preset, in a shuffled order (INTERLEAVE)."""
+    iterations = _advise_config(args, preset, max(args.clips)).iterations
+    turns = iterations if args.interleave == "iteration" else 1
+    runs: dict[int, list] = {j: [] for j in range(len(plan))}
+    spent = dict.fromkeys(range(len(plan)), 0.0)
+    for turn in range(turns):
+        for j in rng.permutation(len(plan)):
+            policy, clips, row = plan[j]
+            hidden, weights = policies[policy]
+            seed_ = args.seed + repeat + args.repeats * turn  # turn 0 the seed a run-interleaved repeat takes
+            started = time.perf_counter()
+            cfg = _advise_config(args, preset, clips)
+            runner = runner_for(pool, hidden, weights, seed_)
+            runs[j].append(await run_row(cfg, bench, pool, runner, row, clips, seed_, iterations=iterations // turns))
+            spent[j] += time.perf_counter() - started
+    measurements = []
+    for j, (policy, clips, row) in enumerate(plan):
+        summary = runs_summary(runs[j], pool)
+        measurements.append(
+            {
+                "preset": preset,
+                "policy": policy,
+                "clips": clips,
+                "mode": mode_label(row["settings"]),
+                "variant": row["label"],
+                "repeat": repeat,
+                "effective_throughput": float(summary["effective_throughput"]),
+                "validity": float(summary["validity"]),
+                "slot_resets_per_1k_valid": float(summary["slot_resets_per_1k_valid"]),
+                "limit": float(summary["limit"]),
+                "step_calls_per_valid": float(summary["step_calls_per_valid"]),
+                "step_latency_s": float(summary["step_latency_s"]),
+                "time_split_s": summary["time_split_s"],
+                "seconds": spent[j],
+            }
+        )
+        log(
+            f"{preset} {policy} clips={clips} {row['label']} repeat {repeat + 1}/{args.repeats}: "
+            f"{summary['effective_throughput']:,.0f} valid/s, predicted {row['effective_throughput']:,.0f}/s "
+            f"({spent[j]:.1f} s)"
+        )
+    return measurements
 
 
 def run(args: argparse.Namespace, log=None) -> dict:
@@ -451,6 +493,13 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help=f"measured iterations of a row, as predicted and measured (`fast advise`'s default: "
         f"{AdviseConfig.model_fields['iterations'].default})",
+    )
+    p.add_argument(
+        "--interleave",
+        choices=INTERLEAVE,
+        default="iteration",
+        help="what a repeat shuffles: each row's iterations one at a time, every row's turn before any row's "
+        "next (iteration), or each row's whole run (run, as before 2026-12-07)",
     )
     p.add_argument("--servers", type=_servers, default=2, help="sim-server processes per preset")
     p.add_argument("--seed", type=seed, default=0)

@@ -116,6 +116,9 @@ class PoolCounters:
     def since(self, earlier: PoolCounters) -> PoolCounters:
         return PoolCounters(**{k: getattr(self, k) - getattr(earlier, k) for k in self.__dataclass_fields__})
 
+    def plus(self, other: PoolCounters) -> PoolCounters:
+        return PoolCounters(**{k: getattr(self, k) + getattr(other, k) for k in self.__dataclass_fields__})
+
 
 @dataclass(frozen=True)
 class PoolTimeouts:

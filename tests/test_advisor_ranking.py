@@ -4,12 +4,14 @@ counts), bad options, and one tiny real run on sim-server processes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 
 import numpy as np
 import pytest
 
+import benchmarks.advisor_ranking as ranking
 from benchmarks.advisor_ranking import (
     compare,
     kendall_tau,
@@ -318,6 +320,64 @@ def test_options_default_to_the_issues_grid():
     args = parser().parse_args(["--out", "x", "--clips", "30,10,10"])
     assert args.presets == ["off", "calibrated", "parallel", "vectorized"]
     assert args.clips == [10, 30] and args.repeats == 2 and args.servers == 2 and args.checkpoint is None
+
+
+# -- what a repeat shuffles ------------------------------------------------------------------------------
+
+
+def _repeat_calls(monkeypatch, interleave: str, repeats: int = 2, iterations: int = 3) -> list[tuple]:
+    """The runs `_measure_repeat` asks for over `repeats` repeats of three rows: (row, iterations, seed)."""
+    calls = []
+
+    async def run_row(cfg, bench, pool, runner, row, clips, seed, iterations=None):
+        calls.append((row["label"], iterations, seed))
+        return (row["label"], seed)
+
+    def runs_summary(runs, pool):
+        assert len({label for label, _ in runs}) == 1  # one row's runs only
+        return {
+            "effective_throughput": 100.0 * len(runs),
+            **dict.fromkeys(("validity", "slot_resets_per_1k_valid", "limit"), 1.0),
+            **dict.fromkeys(("step_calls_per_valid", "step_latency_s"), 1.0),
+            "time_split_s": {},
+        }
+
+    monkeypatch.setattr(ranking, "run_row", run_row)
+    monkeypatch.setattr(ranking, "runs_summary", runs_summary)
+    monkeypatch.setattr(ranking, "runner_for", lambda pool, hidden, weights, seed: None)
+    args = parser().parse_args(["--out", "x", "--iterations", str(iterations), "--interleave", interleave])
+    rows = [{"label": label, "effective_throughput": 1.0, "settings": {"mode": label}} for label in "abc"]
+    plan = [("random", 10, row) for row in rows]
+    rng = np.random.default_rng(0)
+    records = []
+    for repeat in range(repeats):
+        records += asyncio.run(
+            ranking._measure_repeat(args, "off", None, None, {"random": ((), None)}, plan, repeat, rng, lambda _: None)
+        )
+    assert sorted((m["mode"], m["repeat"]) for m in records) == sorted((x, r) for x in "abc" for r in range(repeats))
+    return calls
+
+
+def test_a_repeat_by_iteration_gives_every_row_its_turn_before_any_rows_next(monkeypatch):
+    calls = _repeat_calls(monkeypatch, "iteration")
+    assert len(calls) == 2 * 3 * 3 and all(iterations == 1 for _, iterations, _ in calls)
+    for start in range(0, len(calls), 3):  # each round of turns holds every row once
+        assert sorted(label for label, _, _ in calls[start : start + 3]) == ["a", "b", "c"]
+    orders = {tuple(label for label, _, _ in calls[start : start + 3]) for start in range(0, len(calls), 3)}
+    assert len(orders) > 1  # each round of turns shuffled anew
+    # Each turn of a row deals from a seed of its own, the first turn's the one a whole run takes.
+    for label in "abc":
+        seeds = [seed for row, _, seed in calls if row == label]
+        assert len(set(seeds)) == len(seeds) and {0, 1} <= set(seeds)
+
+
+def test_a_repeat_by_run_measures_each_rows_iterations_at_once(monkeypatch):
+    calls = _repeat_calls(monkeypatch, "run")
+    assert sorted(calls) == sorted((label, 3, repeat) for label in "abc" for repeat in range(2))
+
+
+def test_rows_are_shuffled_turn_by_turn_by_default():
+    assert parser().parse_args(["--out", "x"]).interleave == "iteration"
 
 
 # -- a tiny real run ------------------------------------------------------------------------------------

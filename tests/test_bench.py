@@ -499,3 +499,39 @@ def test_a_runs_sampling_is_set_against_what_its_simulators_allow(tmp_path: Path
     assert _limit_cells(row, lambda v, d=1: f"{v:.{d}f}") == "2.0 | 0.4 (step) | 0.20"
     (old,) = summarize([_record("fast", 0, True, 40.0)], TrainBenchConfig(modes=("fast",), seeds=1))
     assert old["limit_sampling_s_median"] is None and _limit_cells(old, str) == "- | - | -"  # a run before the limit
+
+
+def test_runs_of_one_configuration_sum_into_one_figure() -> None:
+    """Turns of a row (benchmarks/advisor_ranking.py) as one figure: valid over summed wall, the pool's
+    calls summed, the maps dealt over all of them."""
+    from types import SimpleNamespace
+
+    from broker.metrics import IterationStats
+    from broker.slots import PoolCounters
+    from jobs.bench.harness import ModeRun, runs_summary
+
+    pool = SimpleNamespace(
+        slot_server=np.array([0, 0, 1, 1]),
+        servers=[SimpleNamespace(cost_model=None)] * 2,
+        clip_map_ids=np.array([0, 0, 1, 2]),
+        num_clips=4,
+    )
+    slots = np.arange(4)
+
+    def run(valid: int, wall: float, step_calls: int, clips: tuple[int, ...]) -> ModeRun:
+        stats = IterationStats(mode="sgr", num_slots=4, wall_s=wall, valid=valid, transitions=valid, slot_resets=4)
+        calls = PoolCounters(step_calls=step_calls, step_server_s=0.001 * step_calls, reset_calls=2, reset_slots=4)
+        return ModeRun(stats, calls, slots, clips)
+
+    one = runs_summary([run(100, 1.0, 50, (0,))], pool)
+    both = runs_summary([run(100, 1.0, 50, (0,)), run(300, 0.5, 150, (1, 2, 3))], pool)
+    assert one["effective_throughput"] == pytest.approx(100.0) and one["distinct_maps"] == 1
+    assert both["effective_throughput"] == pytest.approx(400 / 1.5)  # not the mean of 100 and 600
+    assert both["step_calls_per_valid"] == pytest.approx(200 / 400)
+    assert both["slot_resets_per_1k_valid"] == pytest.approx(1000 * 8 / 400)
+    assert both["step_latency_s"] == pytest.approx(0.001)
+    assert both["distinct_maps"] == 3
+    with pytest.raises(ValueError, match="at least one run"):
+        runs_summary([], pool)
+    summed = PoolCounters(step_calls=2, prepared=1).plus(PoolCounters(step_calls=3))
+    assert summed == PoolCounters(step_calls=5, prepared=1)

@@ -47,7 +47,15 @@ from broker.samplers.ver import InferenceBatcher, Segment, StepBatcher
 from jobs.advise.choice import choose
 from jobs.advise.config import DEFAULT_CLIPS, AdviseConfig
 from jobs.bench.config import EXTERNAL, MODES, SamplingBenchConfig
-from jobs.bench.harness import fixed_policies, measure_mode, runner_for, simulator_pool, spread_slots
+from jobs.bench.harness import (
+    ModeRun,
+    fixed_policies,
+    run_mode,
+    runner_for,
+    runs_summary,
+    simulator_pool,
+    spread_slots,
+)
 from jobs.bench.limits import Costs, Pattern, pattern_limit
 from jobs.external import ExternalSimulators, check_simulators
 
@@ -319,8 +327,15 @@ async def measure_row(
     """One row's variant (mode, alpha, truncation, prefetch, locality) run with the real sampler on
     `clips` slots, as `fast bench sampling` measures a configuration (`measure_mode`: a warm-up
     iteration of `warmup_steps` per clip, then `iterations` of `samples`); their summary as one."""
+    return runs_summary([await run_row(cfg, bench, pool, runner, row, clips, seed)], pool)
+
+
+async def run_row(
+    cfg: AdviseConfig, bench: SamplingBenchConfig, pool, runner, row: dict, clips: int, seed: int, iterations=None
+) -> ModeRun:
+    """`measure_row`'s run, unsummarised (`runs_summary` sums several); `iterations` in place of cfg's."""
     s = row["settings"]
-    return await measure_mode(
+    return await run_mode(
         replace(bench, alpha=s["alpha"]),
         pool,
         runner,
@@ -332,7 +347,7 @@ async def measure_row(
         locality=s["locality"],
         prefetch=s["prefetch"],
         truncation=s["truncation"],
-        iterations=cfg.iterations,
+        iterations=iterations or cfg.iterations,
     )
 
 

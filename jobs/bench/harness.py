@@ -9,9 +9,9 @@ measurements import them from here, so neither bench module leans on the other's
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -71,6 +71,17 @@ def runner_for(pool: SimulatorPool, hidden: tuple[int, ...], weights: bytes | No
     return runner
 
 
+@dataclass(frozen=True)
+class ModeRun:
+    """One sampler's measured iterations: their stats (`combined`), what the pool's answered calls add
+    up to over them, its slots and the clips its dealer dealt meanwhile."""
+
+    stats: IterationStats
+    calls: PoolCounters
+    slots: np.ndarray
+    clips_dealt: tuple[int, ...]
+
+
 async def measure_mode(
     cfg: SamplingBenchConfig,
     pool: SimulatorPool,
@@ -89,6 +100,42 @@ async def measure_mode(
 ) -> dict:
     """A fresh sampler of `mode` on `clips` slots: one warm-up iteration, then `iterations` measured
     ones of `samples` each, summarised as one (`combined`: valid transitions over their summed wall)."""
+    run = await run_mode(
+        cfg,
+        pool,
+        runner,
+        mode,
+        clips,
+        seed,
+        warmup_samples=warmup_samples,
+        samples=samples,
+        locality=locality,
+        prefetch=prefetch,
+        ver_step_batching=ver_step_batching,
+        truncation=truncation,
+        iterations=iterations,
+    )
+    return runs_summary([run], pool)
+
+
+async def run_mode(
+    cfg: SamplingBenchConfig,
+    pool: SimulatorPool,
+    runner: PolicyRunner,
+    mode: str,
+    clips: int,
+    seed: int,
+    *,
+    warmup_samples: int,
+    samples: int,
+    locality: bool = False,
+    prefetch: bool = False,
+    ver_step_batching: bool = True,
+    truncation: str = "carry",
+    iterations: int = 1,
+) -> ModeRun:
+    """`measure_mode`'s run, unsummarised: a fresh sampler, its warm-up iteration, then `iterations`
+    measured ones of `samples` each."""
     sampler, dealer, slots = fresh_sampler(
         cfg,
         pool,
@@ -105,9 +152,23 @@ async def measure_mode(
     await sampler.sample()
     sampler.samples_per_iteration = samples
     dealer.clips_dealt.clear()
-    summary, _ = await timed_iterations(sampler, pool, slots, iterations)
-    if pool.clip_map_ids.size == pool.num_clips:  # maps known: how many the iteration dealt
-        summary["distinct_maps"] = len({int(pool.clip_map_ids[c]) for c in dealer.clips_dealt})
+    stats, calls = await _sample(sampler, pool, iterations)
+    return ModeRun(stats, calls, slots, tuple(int(c) for c in dealer.clips_dealt))
+
+
+def runs_summary(runs: Sequence[ModeRun], pool: SimulatorPool) -> dict:
+    """Runs of one configuration (the same mode and settings on the same slots) as one figure: their
+    iterations `combined` (valid transitions over their summed wall), the pool's calls over all of
+    them (`with_limit`), and how many distinct maps they dealt where the maps are known."""
+    if not runs:
+        raise ValueError("runs_summary() needs at least one run")
+    calls = PoolCounters()
+    for run in runs:
+        calls = calls.plus(run.calls)
+    slots = runs[0].slots
+    summary = with_limit(combined([run.stats for run in runs]).summary(), pool, slots, calls)
+    if pool.clip_map_ids.size == pool.num_clips:  # maps known: how many the iterations dealt
+        summary["distinct_maps"] = len({int(pool.clip_map_ids[c]) for run in runs for c in run.clips_dealt})
     return summary
 
 
@@ -159,11 +220,18 @@ async def timed_iterations(
 ) -> tuple[dict, IterationStats]:
     """`iterations` iterations of `sampler` back to back, as one (`combined`): `timed_iteration`'s
     summary and stats over all of them."""
+    stats, calls = await _sample(sampler, pool, iterations)
+    return with_limit(stats.summary(), pool, slots, calls), stats
+
+
+async def _sample(sampler: Sampler, pool: SimulatorPool, iterations: int) -> tuple[IterationStats, PoolCounters]:
+    """`iterations` iterations of `sampler` back to back: their stats `combined`, and what the pool's
+    answered calls added up to meanwhile."""
     if iterations < 1:
         raise ValueError(f"iterations={iterations}: give at least 1")
     before = replace(pool.counters)  # a copy to diff against
     stats = combined([(await sampler.sample())[1] for _ in range(iterations)])
-    return with_limit(stats.summary(), pool, slots, pool.counters.since(before)), stats
+    return stats, pool.counters.since(before)
 
 
 def with_limit(summary: dict, pool: SimulatorPool, slots: np.ndarray, calls: PoolCounters) -> dict:
