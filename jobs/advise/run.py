@@ -15,7 +15,8 @@
                   validated row measured faster past --mode auto's margin (jobs/advise/choice.py)
 
 `advise_on` is steps 2 and 3 on a pool that runs already, for one policy and clip count, and
-`measure_row` one row's run of step 4: benchmarks/advisor_ranking.py runs both, for every mode.
+`measure_row` one row's run of step 4 (`run_row` the same unsummarised, so that several sum into
+one figure): benchmarks/advisor_ranking.py runs `advise_on` and `run_row`, for every mode.
 The result is one dict (what `--json` writes); jobs/advise/report.py prints it.
 """
 
