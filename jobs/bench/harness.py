@@ -89,33 +89,12 @@ async def measure_mode(
     mode: str,
     clips: int,
     seed: int,
-    *,
-    warmup_samples: int,
-    samples: int,
-    locality: bool = False,
-    prefetch: bool = False,
-    ver_step_batching: bool = True,
-    truncation: str = "carry",
-    iterations: int = 1,
+    **settings,
 ) -> dict:
     """A fresh sampler of `mode` on `clips` slots: one warm-up iteration, then `iterations` measured
-    ones of `samples` each, summarised as one (`combined`: valid transitions over their summed wall)."""
-    run = await run_mode(
-        cfg,
-        pool,
-        runner,
-        mode,
-        clips,
-        seed,
-        warmup_samples=warmup_samples,
-        samples=samples,
-        locality=locality,
-        prefetch=prefetch,
-        ver_step_batching=ver_step_batching,
-        truncation=truncation,
-        iterations=iterations,
-    )
-    return runs_summary([run], pool)
+    ones of `samples` each, summarised as one (`combined`: valid transitions over their summed wall).
+    `settings`: `run_mode`'s keywords."""
+    return runs_summary([await run_mode(cfg, pool, runner, mode, clips, seed, **settings)], pool)
 
 
 async def run_mode(
