@@ -28,8 +28,11 @@ def test_the_bare_driver_steps_every_server_and_leaves_its_resets_out() -> None:
     # Per row, the slower server's own time: step-only servers emulate 1.6 ms a step.
     assert 0.0015 <= result.latency_s < 0.1
     assert result.ideal == pytest.approx(6 / result.latency_s)
-    # A closed loop never beats the ideal (a little slack for the servers' own clock).
-    assert 0 < result.share <= 1.05 and result.raw > 0
+    # A closed loop never beats its servers' own time (a little slack for the servers' clock). The
+    # lock-step ideal is no bound here: a hiccup of each server in a different row counts twice in it
+    # (a CI run under load measured 1.39 of it), once in the drivers that never wait for each other.
+    assert 0 < result.raw <= 1.05 * result.servers_ideal
+    assert result.servers_ideal >= result.ideal * (1 - 1e-9)
     assert result.driver_cpu_s > 0
 
 

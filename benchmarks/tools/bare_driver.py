@@ -46,6 +46,10 @@ class BareResult:
     ideal: float  # slots / latency_s
     resets: int  # Reset calls made (their time left out)
     driver_cpu_s: float = math.nan  # CPU of this process per row and server
+    # Each server's slots over its own mean time a row, summed: the bound of drivers that never wait for
+    # each other, as these do. `ideal` takes each row at its slowest server, so a late row of one server
+    # and a late row of the other both count against it, and `raw` can pass it when they fall apart.
+    servers_ideal: float = math.nan
 
     @property
     def share(self) -> float:
@@ -142,4 +146,5 @@ async def run_bare(addresses: list[str], rows: int, *, rows_per_reset: int = 200
         ideal=slots / latency_s,
         resets=sum(run.resets for run in runs),
         driver_cpu_s=cpu_s / (rows * len(runs)),
+        servers_ideal=sum(run.slots / float(np.mean(run.latency_s)) for run in runs),
     )
