@@ -507,8 +507,8 @@ class _Run:
         # A call's thread parts and its wait (`send`), the same for every call of the run.
         sent = self.call_sent_s = workload.call_cpu_s - workload.call_receive_cpu_s
         received = self.call_received_s = workload.call_receive_cpu_s
-        n = workload.servers
-        self.call_wait_s = workload.call_s - max(n * sent + received, sent + n * received)
+        servers = workload.servers
+        self.call_wait_s = workload.call_s - max(servers * sent + received, sent + servers * received)
         self.servers = [_Server(self, workload.server_costs(i)) for i in range(workload.servers)]
         n = workload.num_slots
         self.slot_server = np.repeat(np.arange(workload.servers), workload.slots_per_server)
