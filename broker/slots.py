@@ -47,6 +47,7 @@ class PoolStep:
     failed: np.ndarray  # [k] bool: the slot's server failed; nothing of it is valid
     episodes: dict[int, pb.EpisodeSummary] = field(default_factory=dict)  # global slot -> summary
     server_s: float = 0.0  # slowest call's server-side time (compute + emulated + queued)
+    compute_s: float = 0.0  # the answered calls' own compute (their env's step), summed
 
     @classmethod
     def zeros(cls, k: int, space: SpaceSpec) -> PoolStep:
@@ -69,6 +70,7 @@ class PoolStep:
         for episode in reply.episodes:
             self.episodes[slot_offset + episode.slot_id] = episode
         self.server_s = max(self.server_s, timing.compute_s + timing.emulated_s + timing.queued_s)
+        self.compute_s += timing.compute_s
         counters.step_calls += 1
         counters.step_server_s += timing.compute_s + timing.emulated_s
         counters.step_compute_s += timing.compute_s
@@ -79,6 +81,7 @@ class PoolReset:
     observations: np.ndarray  # [k, *obs_shape]; zeros where failed
     failed: np.ndarray  # [k] bool
     server_s: float = 0.0
+    compute_s: float = 0.0  # the answered calls' own compute (their env's reset), summed
     calls: int = 0  # Reset calls sent
     call_walls: list[tuple[int, float]] = field(default_factory=list)  # each answered call: (slots, wall s)
 
@@ -91,6 +94,7 @@ class PoolReset:
         and the pool's counters (reset slots, map loads and hits, preparations used) added."""
         self.observations[positions] = observations
         self.server_s = max(self.server_s, timing.compute_s + timing.emulated_s + timing.queued_s)
+        self.compute_s += timing.compute_s
         counters.reset_calls += 1
         counters.reset_slots += positions.size
         counters.map_loads += timing.map_loads

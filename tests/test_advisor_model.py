@@ -182,6 +182,37 @@ def test_reset_blocks_steps_makes_per_slot_resets_stop_every_slot() -> None:
     assert fast.effective_throughput == pytest.approx(k * L / (L * s + r), rel=1e-9)
 
 
+def test_a_servers_compute_takes_turns_on_its_one_thread() -> None:
+    """A CPU-bound simulator computes on its event loop (sim_server/simulator.py): a Reset's compute and
+    a concurrent Step's take turns, though no emulated engine is exclusive or stops the steps. VER's
+    per-slot resets then each stop the server, as under `reset_blocks_steps`: k*L / (L*s + k*r) at most;
+    autoreset's k resets sent at once for the k slots that ended together take k*r, not r; FAST's
+    batched reset, with no Step beside it, costs the same either way."""
+    k, L, s, r = 4, 40, 0.001, 0.02
+    lengths = EpisodeLengths.fixed(L)
+    horizon = Horizon(samples_per_iteration=1600, iterations=4)
+
+    def on(share: float, settings: ModeSettings) -> float:
+        costs = SimulatorCosts(
+            step_s=s, reset_fixed_s=r, reset_exclusive=False, step_compute_share=share, reset_compute_share=share
+        )
+        return predict(Workload(lengths, costs, servers=1, slots_per_server=k), settings, horizon).effective_throughput
+
+    bound = k * L / (L * s + k * r)
+    computed, free = on(1.0, ModeSettings("ver")), on(0.0, ModeSettings("ver"))
+    assert 0.8 * bound <= computed <= bound * (1 + 1e-9)
+    assert free > 1.4 * computed
+    assert on(1.0, ModeSettings("autoreset")) == pytest.approx(bound, rel=1e-9)
+    assert on(0.0, ModeSettings("autoreset")) == pytest.approx(k * L / (L * s + r), rel=1e-9)
+    fast = ModeSettings("fast", alpha=1.0)
+    assert on(1.0, fast) == pytest.approx(on(0.0, fast), rel=1e-9)
+    assert on(1.0, fast) == pytest.approx(k * L / (L * s + r), rel=1e-9)
+    # Half of each: the Steps beside a reset wait only for its compute, so VER lands in between.
+    assert computed < on(0.5, ModeSettings("ver")) < free
+    with pytest.raises(ValueError, match="step_compute_share=1.5: a share of the call's time"):
+        SimulatorCosts(step_compute_share=1.5)
+
+
 def test_prefetch_hides_a_load_shorter_than_the_episode() -> None:
     L, s, r, load = 50, 0.002, 0.02, 0.06  # the episode (100 ms) outlasts the load
     costs = SimulatorCosts(step_s=s, reset_fixed_s=r, map_load_s=load)

@@ -4,6 +4,7 @@ told: real Simulators in-process, each preset's regime at smaller costs."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -91,6 +92,49 @@ def test_the_probe_measures_what_a_background_load_costs_a_step() -> None:
         assert 0.25 <= probe.costs.prefetch_step_penalty <= 0.9, probe.figures.get("step_1_while_loading")
 
     _first_that_holds(check, config, repeats=3)
+
+
+class ComputingEnv(ScriptedLengthEnv):
+    """Real compute in every call, as a CPU-bound engine spends it: a busy loop of `step_s` in each
+    Step and `reset_s` in each Reset, on the server's thread."""
+
+    def __init__(self, step_s: float, reset_s: float) -> None:
+        super().__init__([1000] * 4)
+        self.step_s, self.reset_s = step_s, reset_s
+
+    @staticmethod
+    def _spin(seconds: float) -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    def reset(self, slot_ids, clip_ids, seeds) -> np.ndarray:
+        self._spin(self.reset_s)
+        return super().reset(slot_ids, clip_ids, seeds)
+
+    def step(self, slot_ids, actions):
+        self._spin(self.step_s)
+        return super().step(slot_ids, actions)
+
+
+@pytest.mark.parametrize(
+    "config, step_share, reset_share",
+    [
+        (CostModelConfig(), 1.0, 1.0),  # compute is the whole cost (`off`)
+        (CostModelConfig(step_latency_s=0.010, reset_fixed_s=0.012), 0.2, 0.25),  # the rest an emulated wait
+    ],
+)
+def test_the_probe_reads_the_share_of_a_call_that_is_the_servers_compute(config, step_share, reset_share) -> None:
+    """2 ms of compute a Step and 4 ms a Reset: all of their time without emulated costs; a fifth of a
+    10 ms step latency, and 4 of a Reset's 16 ms (the emulated fixed part comes on top of it)."""
+    errors = []
+    for _ in range(TRIES):
+        pool = InProcessPool([Simulator(ComputingEnv(0.002, 0.004), CostModel(config))])
+        c = asyncio.run(probe_server(pool, 0, repeats=3)).costs
+        if abs(c.step_compute_share - step_share) <= 0.08 and abs(c.reset_compute_share - reset_share) <= 0.12:
+            return
+        errors.append(f"step {c.step_compute_share:.2f}, reset {c.reset_compute_share:.2f}")
+    pytest.fail(f"{TRIES} probes, none right (want step {step_share}, reset {reset_share}): " + " | ".join(errors))
 
 
 @pytest.mark.parametrize("prefetch", [False, True])  # prefetched: the same sample, autoreset's rows unchanged

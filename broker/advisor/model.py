@@ -15,6 +15,10 @@ with measured numbers in place of configured ones:
                               one after another on the load channel when `loads_shared` (FIFO
                               across calls), else side by side (the slowest)
     Prepare of a slot         a background load through the same channel and cache (`prepare`)
+    the server's compute      of a Step call, `step_compute_share` of its time, first; of a Reset,
+                              `reset_compute_share` of its fixed part, last (the servicer's order):
+                              on the server's one thread, FIFO with its other calls' compute, so a
+                              Reset's compute stops a concurrent Step's on a CPU-bound simulator
 
 With a `Catalog` (each clip's map) the map cache is the server's LRU over the maps dealt to it by
 the broker's own dealer (broker/dealer.py, with map locality when asked); without one each reset
@@ -77,6 +81,12 @@ class SimulatorCosts:
     hit_rate: float | None = None  # without a Catalog: the chance that a reset slot's map is cached
     prepare: bool = True  # serves Prepare: a slot's next map loads in the background
     prefetch_step_penalty: float = 0.0  # a Step is this fraction slower while a background load runs
+    # Of a Step call's time and of a Reset's fixed part, the share that is the server's own compute (its
+    # env's step or reset, the `compute_s` of the call's timing). The servicer runs the env on its event
+    # loop (sim_server/simulator.py), so compute holds the server's one thread: a Reset's compute and a
+    # concurrent Step's take turns, whatever the emulated engine's rules say of the waits around them.
+    step_compute_share: float = 0.0
+    reset_compute_share: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -85,6 +95,9 @@ class SimulatorCosts:
                 raise ValueError(f"{f.name}={value!r}: costs are seconds (or counts) >= 0")
         if self.hit_rate is not None and not 0.0 <= self.hit_rate <= 1.0:
             raise ValueError(f"hit_rate={self.hit_rate!r}: a share of reset slots, in [0, 1]")
+        for name in ("step_compute_share", "reset_compute_share"):
+            if not getattr(self, name) <= 1.0:
+                raise ValueError(f"{name}={getattr(self, name)!r}: a share of the call's time, in [0, 1]")
 
     @classmethod
     def from_cost_model(cls, config, **overrides) -> SimulatorCosts:
@@ -279,6 +292,7 @@ class _Server:
 
     def __init__(self, run: _Run, costs: SimulatorCosts) -> None:
         self.run, self.sim, self.costs = run, run.sim, costs
+        self.thread = Lock(self.sim)  # the server's event loop: its calls' compute takes turns on it
         self.engine = Lock(self.sim) if costs.reset_exclusive else None
         self.channel = Lock(self.sim) if costs.loads_shared else None
         self.turns = Turns(self.sim) if costs.reset_blocks_steps else None
@@ -287,13 +301,24 @@ class _Server:
         self.prepared: dict[int, tuple[int, Event]] = {}  # slot -> (clip, its load done)
 
     def step(self, slots: int) -> Process:
+        """The servicer's order: the env's step on the server's thread, then the rest of the latency
+        (in the Steps' turn under `reset_blocks_steps`)."""
         yield from self.run.send()
+        seconds = self.costs.step_call_s(slots, loading=self.background_loads > 0)
+        compute = seconds * self.costs.step_compute_share
+        yield from self._compute(compute)
         if self.turns is not None:
             yield from self.turns.step()
-        yield self.sim.timeout(self.costs.step_call_s(slots, loading=self.background_loads > 0))
+        yield self.sim.timeout(seconds - compute)
         if self.turns is not None:
             self.turns.step_done()
         yield from self.run.receive()
+
+    def _compute(self, seconds: float) -> Process:
+        if seconds > 0:
+            yield self.thread.acquire()
+            yield self.sim.timeout(seconds)
+            self.thread.release()
 
     def reset(self, slots: list[int], clips: list[int]) -> Process:
         yield from self.run.send()
@@ -306,6 +331,8 @@ class _Server:
             else:
                 unprepared.append(clip)
         fixed = self.costs.reset_fixed_s + len(slots) * self.costs.reset_per_slot_s
+        compute = fixed * self.costs.reset_compute_share  # the env's reset, after the waits (the servicer's order)
+        fixed -= compute
         if fixed > 0:
             if self.engine is not None:
                 yield self.engine.acquire()
@@ -325,6 +352,7 @@ class _Server:
             if self.channel is not None:
                 self.channel.release()
         self._remember(maps)
+        yield from self._compute(compute)
         yield from self.run.receive()
 
     def prepare(self, slot: int, clip: int) -> None:

@@ -9,6 +9,8 @@ the cost model's knobs (model.py `SimulatorCosts`) without being told them:
                     after the answer woke the loop (wake.py), the receive that comes after the server's
     reset           one slot, then all its slots in one call, onto a clip whose map is loaded: the
                     fixed part and its per-slot part
+    compute         of the timed Steps' and one-slot Resets' server time, the share the answers say
+                    was the env's own compute (`compute_s`): it holds the server's one thread
     load            one slot onto a map it has not loaded: what the load adds
     engine          two one-slot resets at once (cached maps): one engine when the second waits out
                     the first's fixed part
@@ -110,6 +112,7 @@ class _Prober:
         self.home = self.fresh_clip()
         if self.home is None:
             raise ProbeError("the catalog has no clip")
+        self.last_compute_s = 0.0  # the last timed call's own compute, as its answer says
 
     def maps_left(self) -> int:
         return len(set(self.maps.tolist()) - self.used_maps)
@@ -131,6 +134,7 @@ class _Prober:
         wall = time.perf_counter() - started
         if result.failed.any():
             raise ProbeError(f"a Reset of slots {slots.tolist()} failed")
+        self.last_compute_s = result.compute_s
         return wall
 
     async def thread_split(self, slots: np.ndarray, calls: int) -> tuple[list[float], list[float]]:
@@ -158,7 +162,9 @@ class _Prober:
         started = time.perf_counter()
         result = await self.pool.step(slots, actions)
         wall = time.perf_counter() - started
+        compute_s = result.compute_s
         await self._settle(slots, result)
+        self.last_compute_s = compute_s
         return wall, result.server_s
 
     async def _settle(self, slots: np.ndarray, result) -> None:
@@ -181,13 +187,17 @@ async def probe_server(pool, server: int, *, clip_map_ids=None, repeats: int = 5
     figures: dict[str, Measured] = {}
     await p.reset(slots, p.home)  # every slot live, the home map loaded
 
-    walls, served, served_k = [], [], []
+    walls, served, served_k, computed, step_shares = [], [], [], [], []
     for _ in range(repeats):
         wall, server_s = await p.step(one)
         walls.append(wall)
         served.append(server_s)
+        computed.append(p.last_compute_s)
+        step_shares.append(_share(p.last_compute_s, server_s))
         if k > 1:
             served_k.append((await p.step(slots))[1])
+            computed.append(p.last_compute_s)
+            step_shares.append(_share(p.last_compute_s, served_k[-1]))
     figures["step_1"] = Measured.of(served)
     figures["call"] = Measured.of([w - s for w, s in zip(walls, served)])
     call_s = max(figures["call"].median, 0.0)
@@ -200,8 +210,13 @@ async def probe_server(pool, server: int, *, clip_map_ids=None, repeats: int = 5
     if whole:
         figures["call_cpu"], figures["call_receive_cpu"] = Measured.of(whole), Measured.of(received)
 
-    resets_1 = [await p.reset(one, p.home) - call_s for _ in range(repeats)]
+    resets_1, reset_computed, reset_shares = [], [], []
+    for _ in range(repeats):
+        resets_1.append(await p.reset(one, p.home) - call_s)
+        reset_computed.append(p.last_compute_s)
+        reset_shares.append(_share(p.last_compute_s, resets_1[-1]))
     figures["reset_1"] = Measured.of(resets_1)
+    figures["step_compute"], figures["reset_1_compute"] = Measured.of(computed), Measured.of(reset_computed)
     per_slot = 0.0
     if k > 1:
         resets_k = [await p.reset(slots, p.home) - call_s for _ in range(repeats)]
@@ -209,6 +224,8 @@ async def probe_server(pool, server: int, *, clip_map_ids=None, repeats: int = 5
         per_slot = _per_slot(resets_1, resets_k, k)
     one_reset = max(figures["reset_1"].median, 0.0)  # fixed part and one slot's share
     fixed = max(one_reset - per_slot, 0.0)
+    # Per call, then the median: a call the machine slowed is an outlier of its share too.
+    step_compute_share, reset_compute_share = float(np.median(step_shares)), float(np.median(reset_shares))
 
     loads = []
     for j in range(repeats):
@@ -314,8 +331,15 @@ async def probe_server(pool, server: int, *, clip_map_ids=None, repeats: int = 5
         loads_shared=findings["loads_shared"],
         prepare=prepare,
         prefetch_step_penalty=penalty,
+        step_compute_share=step_compute_share,
+        reset_compute_share=reset_compute_share,
     )
     return ServerProbe(costs, call_s, figures, findings)
+
+
+def _share(part: float, whole: float) -> float:
+    """`part` of `whole` as a share in [0, 1]; 0 when there is no whole to share."""
+    return min(max(part / whole, 0.0), 1.0) if whole > 0 else 0.0
 
 
 def _per_slot(one: list[float], many: list[float], k: int) -> float:

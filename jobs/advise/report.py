@@ -17,6 +17,11 @@ def _ms(seconds: float) -> str:
     return f"{1000 * seconds:.2f} ms"
 
 
+def _share(share: float | None) -> str:
+    """A probe's compute share; a record made before it was probed has none."""
+    return "?" if share is None else f"{100 * share:.0f}%"
+
+
 def _receive(seconds: float | None) -> str:
     return "a call's receive not measured (no selector loop)" if seconds is None else f"{_ms(seconds)} a call's receive"
 
@@ -39,7 +44,8 @@ def text(result: dict) -> str:
         lines.append(
             f"  server {server}: step {_ms(c['step_s'])} + {_ms(c['step_per_slot_s'])}/slot, reset fixed "
             f"{_ms(c['reset_fixed_s'])} + {_ms(c['reset_per_slot_s'])}/slot, map load {_ms(c['map_load_s'])}, "
-            f"call {_ms(probe['call_s'])}; {', '.join(yes) if yes else 'no finding'}"
+            f"call {_ms(probe['call_s'])}; compute {_share(c.get('step_compute_share'))} of a step, "
+            f"{_share(c.get('reset_compute_share'))} of a reset; {', '.join(yes) if yes else 'no finding'}"
         )
     inference, lengths = result["inference"], result["episode_lengths"]
     p10, p50, p90 = lengths["p10_p50_p90"]
