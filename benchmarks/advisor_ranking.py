@@ -194,6 +194,7 @@ def summarise(advice: list[dict], measurements: list[dict]) -> list[dict]:
             same.sort(key=lambda m: m.get("repeat", 0))
             runs = per_repeat[label] = [m["effective_throughput"] for m in same]
             limits = [m["limit"] for m in same if m.get("limit") is not None]
+            resets = [m["slot_resets_per_1k_valid"] for m in same if m.get("slot_resets_per_1k_valid") is not None]
             if not runs:
                 raise ValueError(f"{key}: {label} has no measurement")
             predicted[label] = row["effective_throughput"]
@@ -205,6 +206,11 @@ def summarise(advice: list[dict], measurements: list[dict]) -> list[dict]:
                 "repeats": len(runs),
                 # What the measured costs allow the pattern measured (jobs/bench/limits.py), beside it.
                 "limit": statistics.median(limits) if limits else None,
+                # Slot resets per 1,000 valid transitions, the model's and the samplers' (median): a miss they
+                # share is in the episodes drawn (the probe's lengths, or the measured seeds' luck), not in
+                # the costs.
+                "resets_predicted": row.get("slot_resets_per_1k_valid"),
+                "resets_measured": statistics.median(resets) if resets else None,
             }
         verdicts = compare(predicted, {label: m["measured"] for label, m in modes.items()}, per_repeat)
         for label, m in modes.items():
@@ -293,11 +299,12 @@ def report(result: dict) -> str:
     lines += [
         "",
         "Per mode (the variant is the advisor's row: its best of prefetch and locality; limit: what the measured "
-        "costs allow the pattern measured, jobs/bench/limits.py, median over repeats):",
+        "costs allow the pattern measured, jobs/bench/limits.py, median over repeats; resets: slot resets per "
+        "1,000 valid transitions, predicted / measured):",
         "",
         "| preset | policy | clips | mode | variant | predicted | measured | limit | measured / predicted | "
-        "rank predicted | rank measured |",
-        "|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|",
+        "rank predicted | rank measured | resets |",
+        "|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in result["summary"]:
         for label in s["predicted_order"]:
@@ -306,7 +313,8 @@ def report(result: dict) -> str:
                 f"| {s['preset']} | {s['policy']} | {s['clips']} | {label} | {m['variant']} | "
                 f"{_number(m['predicted'])} | {m['measured']:.0f} [{m['spread'][0]:.0f}-{m['spread'][1]:.0f}] | "
                 f"{_number(m.get('limit'))} | {_number(m['ratio'], '.2f')} | "
-                f"{m['predicted_rank']} | {m['measured_rank']} |"
+                f"{m['predicted_rank']} | {m['measured_rank']} | "
+                f"{_number(m.get('resets_predicted'), '.1f')} / {_number(m.get('resets_measured'), '.1f')} |"
             )
     counts = targets(result["summary"])
     total = len(result["summary"])

@@ -237,6 +237,30 @@ def test_summary_takes_medians_ranks_each_mode_and_counts_the_targets():
     assert calibrated["repeats_tau"] is None and parallel["repeats_tau"] is None
 
 
+def test_the_per_mode_table_puts_predicted_and_measured_resets_side_by_side():
+    """A miss in the episodes drawn shows as resets that differ; a record without them (older runs) as '-'."""
+    advice = _advice("vectorized", {"fast+reset": 2800.0, "ver": 2900.0})
+    advice["rows"][1]["slot_resets_per_1k_valid"] = 12.04  # fast+reset, second best
+    measurements = _measured("vectorized", "ver", [2600.0]) + [
+        {**m, "slot_resets_per_1k_valid": r}
+        for m, r in zip(_measured("vectorized", "fast+reset", [2300.0, 2400.0, 2350.0]), (17.9, 17.6, 17.8))
+    ]
+    (summary,) = summarise([advice], measurements)
+    assert summary["modes"]["fast+reset"]["resets_predicted"] == 12.04
+    assert summary["modes"]["fast+reset"]["resets_measured"] == 17.8
+    assert summary["modes"]["ver"]["resets_predicted"] is None and summary["modes"]["ver"]["resets_measured"] is None
+    text = report(
+        json.loads(json.dumps({"config": {"samples": 1024, "repeats": 3, "servers": 2}, "summary": [summary]}))
+    )
+    assert (
+        "| vectorized | random | 10 | fast+reset | fast+reset+prefetch | 2800 | 2350 [2300-2400] | - | 0.84 | 2 | 2 | "
+        "12.0 / 17.8 |" in text
+    )
+    assert (
+        "| vectorized | random | 10 | ver | ver+prefetch | 2900 | 2600 [2600-2600] | - | 0.90 | 1 | 1 | - / - |" in text
+    )
+
+
 def test_rescore_recomputes_the_verdicts_of_a_saved_run_without_measuring(tmp_path):
     advice = [_advice("parallel", {"fast+carry": 1000.0, "ver": 900.0, "sc": 100.0})]
     measurements = (
