@@ -89,15 +89,15 @@ class SimulatorCosts:
     reset_compute_share: float = 0.0
 
     def __post_init__(self) -> None:
+        for name in ("step_compute_share", "reset_compute_share"):  # before the seconds: a share has its own range
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name}={getattr(self, name)!r}: a share of the call's time, in [0, 1]")
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, float | int) and not isinstance(value, bool) and not value >= 0:
                 raise ValueError(f"{f.name}={value!r}: costs are seconds (or counts) >= 0")
         if self.hit_rate is not None and not 0.0 <= self.hit_rate <= 1.0:
             raise ValueError(f"hit_rate={self.hit_rate!r}: a share of reset slots, in [0, 1]")
-        for name in ("step_compute_share", "reset_compute_share"):
-            if not getattr(self, name) <= 1.0:
-                raise ValueError(f"{name}={getattr(self, name)!r}: a share of the call's time, in [0, 1]")
 
     @classmethod
     def from_cost_model(cls, config, **overrides) -> SimulatorCosts:
@@ -287,6 +287,14 @@ class _Tally:
     lengths: list[int] = field(default_factory=list)
 
 
+def _hold(sim: Sim, lock: Lock, seconds: float) -> Process:
+    """`seconds` of work that holds `lock` (a thread), in turn (FIFO) with the other work on it."""
+    if seconds > 0:
+        yield lock.acquire()
+        yield sim.timeout(seconds)
+        lock.release()
+
+
 class _Server:
     """One simulator server's resources and map cache, in simulated time (the cost model's rules)."""
 
@@ -306,19 +314,13 @@ class _Server:
         yield from self.run.send()
         seconds = self.costs.step_call_s(slots, loading=self.background_loads > 0)
         compute = seconds * self.costs.step_compute_share
-        yield from self._compute(compute)
+        yield from _hold(self.sim, self.thread, compute)
         if self.turns is not None:
             yield from self.turns.step()
         yield self.sim.timeout(seconds - compute)
         if self.turns is not None:
             self.turns.step_done()
         yield from self.run.receive()
-
-    def _compute(self, seconds: float) -> Process:
-        if seconds > 0:
-            yield self.thread.acquire()
-            yield self.sim.timeout(seconds)
-            self.thread.release()
 
     def reset(self, slots: list[int], clips: list[int]) -> Process:
         yield from self.run.send()
@@ -352,7 +354,7 @@ class _Server:
             if self.channel is not None:
                 self.channel.release()
         self._remember(maps)
-        yield from self._compute(compute)
+        yield from _hold(self.sim, self.thread, compute)
         yield from self.run.receive()
 
     def prepare(self, slot: int, clip: int) -> None:
@@ -581,10 +583,7 @@ class _Run:
 
     def busy(self, seconds: float) -> Process:
         """`seconds` of work on the broker's one thread, in turn with the other work on it."""
-        if seconds > 0:
-            yield self.cpu.acquire()
-            yield self.sim.timeout(seconds)
-            self.cpu.release()
+        yield from _hold(self.sim, self.cpu, seconds)
 
     def send(self) -> Process:
         """A call's broker part before the server's: its send's turn on the thread, then the wait that

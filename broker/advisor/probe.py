@@ -162,7 +162,7 @@ class _Prober:
         started = time.perf_counter()
         result = await self.pool.step(slots, actions)
         wall = time.perf_counter() - started
-        compute_s = result.compute_s
+        compute_s = result.compute_s  # read first: the resets of _settle set last_compute_s to theirs
         await self._settle(slots, result)
         self.last_compute_s = compute_s
         return wall, result.server_s
