@@ -45,6 +45,8 @@ Verdicts per configuration (preset, policy, clips), on the six rows' effective t
                   every two repeats (repeat i of every mode against repeat j), how far measurement
                   reproduces its own order: the model cannot be held closer to one measurement than
                   that measurement is to the next
+    repeats' exact  beside them too, `exact`'s counterpart: the share of every two repeats whose
+                  orders are the same, against the share of repeats whose order is the predicted one
     top-1         the predicted first is the measured first
     top two       for each of the predicted first two, |predicted - measured| <= 0.20 measured
 """
@@ -134,6 +136,17 @@ def repeats_tau(runs: dict[str, list[float]]) -> float | None:
     return float(np.mean(taus)) if taus else None
 
 
+def repeat_orders(runs: dict[str, list[float]]) -> list[list[str]]:
+    """Each repeat's order of the modes (repeat i of each mode)."""
+    return [order({k: r[i] for k, r in runs.items()}) for i in range(min(len(r) for r in runs.values()))]
+
+
+def repeats_exact(runs: dict[str, list[float]]) -> float | None:
+    """The share of every two repeats whose orders are the same; None under two repeats."""
+    same = [a == b for a, b in combinations(repeat_orders(runs), 2)]
+    return float(np.mean(same)) if same else None
+
+
 def validated_top1(predicted_order: list[str], measured_order: list[str], runs: dict[str, list[float]]) -> float:
     """How often `fast advise`'s recommendation is the measured first, when one repeat's figures of the
     predicted first two stand for its validation (jobs/advise/choice.py: the model's first unless the
@@ -174,6 +187,8 @@ def compare(
         "unsettled_pairs": sum(not settled(runs[x], runs[y]) for x, y in combinations(predicted, 2)),
         "kendall_tau": kendall_tau(predicted, measured),
         "repeats_tau": repeats_tau(runs),
+        "repeats_exact": repeats_exact(runs),
+        "exact_per_repeat": float(np.mean([o == predicted_order for o in repeat_orders(runs)])),
         "top1": predicted_order[0] == measured_order[0],
         "validated_top1": validated_top1(predicted_order, measured_order, runs),
         "top_two": all(t["within"] for t in top_two.values()),
@@ -327,6 +342,14 @@ def report(result: dict) -> str:
         lines.append(
             f"- Kendall tau, mean over configurations: the model against the medians {np.mean(taus):.2f}, "
             f"one repeat against another {np.mean(own):.2f}"
+        )
+    own_exact = [s["repeats_exact"] for s in result["summary"] if s.get("repeats_exact") is not None]
+    if own_exact:
+        model_exact = sum(s["exact_per_repeat"] for s in result["summary"] if s.get("repeats_exact") is not None)
+        lines.append(
+            f"- Exact order, on average over configurations and repeats: one repeat's is another's in "
+            f"{sum(own_exact):.1f} of {len(own_exact)}, the predicted one is a repeat's in {model_exact:.1f} "
+            f"(the predicted one is the medians' in {counts['exact']['met']})"
         )
     validated = [s["validated_top1"] for s in result["summary"] if s.get("validated_top1") is not None]
     if validated:

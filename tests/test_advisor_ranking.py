@@ -17,6 +17,7 @@ from benchmarks.advisor_ranking import (
     kendall_tau,
     main,
     parser,
+    repeats_exact,
     repeats_tau,
     report,
     settled,
@@ -155,6 +156,16 @@ def test_repeats_tau_is_the_mean_agreement_of_every_two_repeats():
     # (0,1): 1; (0,2): -1; (1,2): -1
     assert repeats_tau(runs) == pytest.approx(-1 / 3)
     assert repeats_tau({"a": [1.0], "b": [2.0]}) is None
+
+
+def test_repeats_exact_counts_the_pairs_of_repeats_in_the_same_order_beside_the_predicted_order_per_repeat():
+    runs = {"a": [3.0, 3.0, 1.0], "b": [2.0, 2.0, 2.0], "c": [1.0, 1.0, 3.0]}  # repeat 2 reverses 0 and 1
+    assert repeats_exact(runs) == pytest.approx(1 / 3)  # (0,1) alike; (0,2) and (1,2) not
+    assert repeats_exact({"a": [1.0], "b": [2.0]}) is None
+    medians = {k: float(np.median(r)) for k, r in runs.items()}
+    verdicts = compare({"a": 3.0, "b": 2.0, "c": 1.0}, medians, runs)
+    assert verdicts["exact"] and verdicts["repeats_exact"] == pytest.approx(1 / 3)
+    assert verdicts["exact_per_repeat"] == pytest.approx(2 / 3)  # the predicted order is repeats 0 and 1's
 
 
 def test_validated_top1_is_fast_advises_pick_from_each_repeat_against_the_measured_first():

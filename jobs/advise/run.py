@@ -60,13 +60,14 @@ from jobs.bench.harness import (
 from jobs.bench.limits import Costs, Pattern, pattern_limit
 from jobs.external import ExternalSimulators, check_simulators
 
-# Lock-step rows, and rows of VER's slot loops, timed for the broker's own part of a row (`_time_rows`),
+# Lock-step rows, and rows of VER's slot loops, timed for the broker's own part of a row (`_RowClock`),
 # this many of each. 200: the median of 40 moved from 0.63 to 1.04 ms between back-to-back probes of
 # one quiet pool (`off`, 10 clips), that of 200 from 0.65 to 0.83; under `off` that figure is most of a
 # mode's time. About 1 s more under `off`, 2 to 3 s under the costly presets.
 ROWS = 200
-# ... in this many blocks, lock-step and VER rows alternating (`_time_rows`).
-ROW_BLOCKS = 4
+# ... in this many blocks, lock-step and VER rows alternating, half of them before the length probe
+# and half after it, and each figure the median of the blocks' means (`_RowClock`).
+ROW_BLOCKS = 8
 # Forward passes timed per batch size for the model's inference cost (medians: a loaded machine's
 # late wake-ups are outliers).
 INFERENCE_CALLS = 50
@@ -209,8 +210,8 @@ class Advice:
     inference: dict  # `_time_inference`'s
     one_call_s: float  # the probes' median call alone
     call_receive_cpu_s: float | None  # of call_cpu_s, the part after the answer (measured; not modelled)
-    row: RowTiming  # a lock-step row's broker part and server time (`_time_rows`)
-    ver_row_s: float  # the broker's part of a row of VER's slot loops (`_time_rows`)
+    row: RowTiming  # a lock-step row's broker part and server time (`_RowClock`)
+    ver_row_s: float  # the broker's part of a row of VER's slot loops (`_RowClock`)
     workload: Workload
     horizon: Horizon  # what the model ran: the warm-up and measured iterations
     alpha: float  # FAST's, by `best_alpha`
@@ -235,8 +236,9 @@ async def advise_on(
         probes[i] = await probe_server(pool, i, clip_map_ids=maps, repeats=cfg.probe_repeats, seed=cfg.seed + i)
     inference = _time_inference(runner_for(pool, hidden, weights, cfg.seed), pool, math.ceil(clips / len(used)))
     one_call_s = float(np.median([probes[i].call_s for i in used]))
-    row, ver_row_s = await _time_rows(pool, runner_for(pool, hidden, weights, cfg.seed), slots, inference, cfg.seed)
-    probe_s = time.perf_counter() - t0  # the servers, the forward pass and the rows
+    clock = _RowClock(pool, runner_for(pool, hidden, weights, cfg.seed), slots, inference, cfg.seed)
+    await clock.time(ROW_BLOCKS // 2)
+    probe_s = time.perf_counter() - t0  # the servers, the forward pass and the rows (with the rest below)
 
     t0 = time.perf_counter()
     probed = length_probe_slots(slots, cfg.length_samples)
@@ -249,6 +251,11 @@ async def advise_on(
     prefetch = all(pool.servers[i].prefetch for i in used)  # every server used serves Prepare
     lengths = await probe_lengths(pool, runner, dealer, samples=cfg.length_samples, slots=probed, prefetch=prefetch)
     lengths_s = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    await clock.time(ROW_BLOCKS - ROW_BLOCKS // 2, fresh=True)  # seconds after the first half
+    row, ver_row_s = clock.timing()
+    probe_s += time.perf_counter() - t0
 
     costs = []
     per_server = math.ceil(clips / len(used))
@@ -374,9 +381,11 @@ def _time_inference(runner, pool, batch: int) -> dict:
 
 @dataclass(frozen=True)
 class RowTiming:
-    """The broker's part of a row and the server time it waited for, each the mean over the rows
-    timed: a sampler's throughput pays the mean, a machine's late wake-ups and all (their medians
-    were 0.06 to 0.11 ms below it on a quiet `off` pool of 30 clips; docs/advisor.md)."""
+    """The broker's part of a row and the server time it waited for, each the median over blocks of
+    rows of a block's mean: a sampler's throughput pays the mean, a machine's late wake-ups and all
+    (the rows' medians were 0.06 to 0.11 ms below it on a quiet `off` pool of 30 clips), while a block
+    the machine's pace slowed as a whole (twice the others' in a probe of all-presets-v16) is an
+    outlier of the blocks (docs/advisor.md)."""
 
     broker_s: float  # wall less the slowest server's time and the forward passes' modelled time
     server_s: float  # the slowest server's own time (the row waits for it)
@@ -400,12 +409,12 @@ class _LockstepRows:
         self.obs = np.zeros((slots.size, *pool.observation_space.shape), dtype=np.float32)
         self.recorder = RolloutRecorder.for_spaces(slots.size, pool.observation_space, pool.action_space)
         self.seeds = iter(range(seed * 1_000_003 + 500_000, seed * 1_000_003 + 600_000))
-        self.extra: list[float] = []
-        self.served: list[float] = []
-        self.cpu: list[float] = []
+        self.blocks: list[tuple[float, float, float]] = []  # per block, the means of (extra, served, cpu)
 
     async def time(self, rows: int) -> None:
+        """One block of `rows` rows."""
         pool, slots, groups = self.pool, self.slots, self.groups
+        extra, served, cpus = [], [], []
         for _ in range(rows):
             started, cpu_started = time.perf_counter(), time.thread_time()
             row = self.recorder.new_row()
@@ -419,16 +428,17 @@ class _LockstepRows:
                 raise ProbeError(f"a Step of slots {slots.tolist()} failed")
             self.recorder.set_outcome(row, np.arange(slots.size), result.rewards, result.terminated)
             wall, cpu = time.perf_counter() - started, time.thread_time() - cpu_started
-            self.extra.append(wall - result.server_s - self.modelled)
-            self.served.append(result.server_s)
-            self.cpu.append(cpu - self.modelled)
+            extra.append(wall - result.server_s - self.modelled)
+            served.append(result.server_s)
+            cpus.append(cpu - self.modelled)
             self.obs = result.observations.astype(np.float32, copy=False)
             await _reset_ended(pool, slots[result.terminated | result.truncated], self.seeds)
+        self.blocks.append((float(np.mean(extra)), float(np.mean(served)), float(np.mean(cpus))))
 
     def timing(self) -> RowTiming:
-        broker_s = max(float(np.mean(self.extra)), 0.0)
-        cpu_s = min(max(float(np.mean(self.cpu)), 0.0), broker_s)
-        return RowTiming(broker_s, float(np.mean(self.served)), cpu_s)
+        extra, served, cpu = np.median(np.asarray(self.blocks), axis=0)
+        broker_s = max(float(extra), 0.0)
+        return RowTiming(broker_s, float(served), min(max(float(cpu), 0.0), broker_s))
 
 
 class _VerRows:
@@ -445,7 +455,7 @@ class _VerRows:
         self.obs = np.zeros((slots.size, *pool.observation_space.shape), dtype=np.float32)
         self.segments = [Segment() for _ in range(slots.size)]
         self.seeds = iter(range(seed * 1_000_003 + 600_000, seed * 1_000_003 + 700_000))
-        self.extra: list[float] = []
+        self.blocks: list[float] = []  # per block, the mean broker part of its rows
 
     async def _slot_step(self, i: int):
         action, env_action, logprob, value = await self.actions.act(self.obs[i])
@@ -455,7 +465,9 @@ class _VerRows:
         return result, j
 
     async def time(self, rows: int) -> None:
+        """One block of `rows` rows."""
         slots = self.slots
+        extra = []
         for _ in range(rows):
             started = time.perf_counter()
             answers = await asyncio.gather(*(self._slot_step(i) for i in range(slots.size)))
@@ -463,13 +475,14 @@ class _VerRows:
             calls = {id(result): result for result, _ in answers}.values()
             if any(result.failed.any() for result in calls):
                 raise ProbeError(f"a Step of slots {slots.tolist()} failed")
-            self.extra.append(wall - max(result.server_s for result in calls) - self.modelled)
+            extra.append(wall - max(result.server_s for result in calls) - self.modelled)
             self.obs = np.stack([result.observations[j] for result, j in answers]).astype(np.float32, copy=False)
             done = np.array([bool(result.terminated[j] or result.truncated[j]) for result, j in answers])
             await _reset_ended(self.pool, slots[done], self.seeds)
+        self.blocks.append(float(np.mean(extra)))
 
     def broker_s(self) -> float:
-        return max(float(np.mean(self.extra)), 0.0)
+        return max(float(np.median(self.blocks)), 0.0)
 
 
 async def _reset_ended(pool, ended: np.ndarray, seeds) -> None:
@@ -479,18 +492,32 @@ async def _reset_ended(pool, ended: np.ndarray, seeds) -> None:
         await pool.reset(ended, clips, np.array([next(seeds) for _ in ended], dtype=np.int64), batched=True)
 
 
-async def _time_rows(pool, runner, slots: np.ndarray, inference: dict, seed: int) -> tuple[RowTiming, float]:
-    """Lock-step rows and rows of VER's slot loops, ROWS of each, timed in alternating blocks: (the
-    lock-step rows' timing, the VER rows' broker part). VER's own work per slot-step is the difference
-    of the two, and this machine's pace moves by 30% between blocks of a second (docs/advisor.md):
-    timed apart, the two saw different paces and the difference was as much the machine's as VER's."""
-    lockstep = _LockstepRows(pool, runner, slots, inference, seed)
-    ver = _VerRows(pool, runner, slots, inference, seed)
-    for block in range(ROW_BLOCKS):
-        rows = ROWS // ROW_BLOCKS + (block < ROWS % ROW_BLOCKS)
-        await lockstep.time(rows)
-        await ver.time(rows)
-    return lockstep.timing(), ver.broker_s()
+class _RowClock:
+    """Lock-step rows and rows of VER's slot loops, timed in blocks of ROWS // ROW_BLOCKS of each,
+    alternating: VER's own work per slot-step is the difference of the two, and this machine's pace
+    moves by 30% between blocks of a second (docs/advisor.md): timed apart, the two saw different
+    paces and the difference was as much the machine's as VER's. `advise_on` times half the blocks
+    before the length probe and half after it, seconds apart, so that one slow stretch of the machine
+    is a minority of the blocks, and each figure is the median of its blocks' means."""
+
+    def __init__(self, pool, runner, slots: np.ndarray, inference: dict, seed: int) -> None:
+        self.pool, self.slots = pool, slots
+        self.lockstep = _LockstepRows(pool, runner, slots, inference, seed)
+        self.ver = _VerRows(pool, runner, slots, inference, seed)
+        self.seeds = iter(range(seed * 1_000_003 + 700_000, seed * 1_000_003 + 800_000))
+
+    async def time(self, blocks: int, *, fresh: bool = False) -> None:
+        """`blocks` blocks of each; `fresh`: first reset every slot, untimed (after the length probe,
+        whose last row may have left some of them ended)."""
+        if fresh:
+            await _reset_ended(self.pool, self.slots, self.seeds)
+        for _ in range(blocks):
+            await self.lockstep.time(ROWS // ROW_BLOCKS)
+            await self.ver.time(ROWS // ROW_BLOCKS)
+
+    def timing(self) -> tuple[RowTiming, float]:
+        """(the lock-step rows' timing, the VER rows' broker part)."""
+        return self.lockstep.timing(), self.ver.broker_s()
 
 
 def _row_slope(costs: SimulatorCosts, rows: RowTiming, per_server: int) -> float:
