@@ -126,19 +126,20 @@ def settled(a: list[float], b: list[float]) -> bool:
     return min(a) > max(b) or min(b) > max(a)
 
 
+def repeat_figures(runs: dict[str, list[float]]) -> list[dict[str, float]]:
+    """Each repeat's figures, repeat i of every mode (as many repeats as the mode measured least)."""
+    return [{k: r[i] for k, r in runs.items()} for i in range(min(len(r) for r in runs.values()))]
+
+
 def repeats_tau(runs: dict[str, list[float]]) -> float | None:
-    """Mean Kendall tau between the orders of every two repeats (repeat i of each mode); None under two."""
-    repeats = min(len(r) for r in runs.values())
-    taus = [
-        kendall_tau({k: r[i] for k, r in runs.items()}, {k: r[j] for k, r in runs.items()})
-        for i, j in combinations(range(repeats), 2)
-    ]
+    """Mean Kendall tau between the orders of every two repeats; None under two."""
+    taus = [kendall_tau(a, b) for a, b in combinations(repeat_figures(runs), 2)]
     return float(np.mean(taus)) if taus else None
 
 
 def repeat_orders(runs: dict[str, list[float]]) -> list[list[str]]:
-    """Each repeat's order of the modes (repeat i of each mode)."""
-    return [order({k: r[i] for k, r in runs.items()}) for i in range(min(len(r) for r in runs.values()))]
+    """Each repeat's order of the modes."""
+    return [order(figures) for figures in repeat_figures(runs)]
 
 
 def repeats_exact(runs: dict[str, list[float]]) -> float | None:
